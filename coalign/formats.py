@@ -1,0 +1,169 @@
+"""Agent Lumos text formats: prompts, subgoal and action sequences, chat rows (pure functions).
+
+Everything a model reads or writes passes through here, so the planner, the grounder, the
+executor and the data loaders agree on one spelling. The onetime formulation is implemented;
+the iterative one (one subgoal per turn) reuses the same pieces turn by turn.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PLANNER_INSTRUCTION = "Please provide a reasonable subgoal-based plan to solve the given task.\n"
+
+GROUNDER_INSTRUCTION = (
+    "Please ground the given subgoal to corresponding executable actions for solving the given task. "
+    "The grounded actions must be the one in available action list.\n\n"
+)
+
+TOOL_PREAMBLES: dict[str, str] = {
+    "maths": (
+        "The available action list is 'Calculator', 'SetEquation', 'SolveEquation', 'Count', "
+        "'SolveInequality', 'Code', and 'Define'.\n"
+        "Calculator(formula): Calculate the input formula; SetEquation(equation): Set up an equation to be "
+        "solved; SolveEquation(equation): Solve the previous set equation; Count(list): Count the number of "
+        "elements in the given list; SolveInequality(inequality): Solve the previous set inequality; "
+        "Code(pseudo_code): Generate a Python function that corresponds to the pseudo code; "
+        "Define(variable/number): Define a variable or a number for latter usage.\n\n"
+    ),
+}
+
+SUBGOAL_SEPARATOR = "; "
+ACTION_SEPARATOR = "; "
+
+
+class FormatError(ValueError):
+    """Text that does not follow a Lumos format (model output is often such text)."""
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def planner_prompt(task: str) -> str:
+    """User turn of the onetime planner (Lumos `lumos_onetime`, maths/QA/web alike)."""
+    return f"{PLANNER_INSTRUCTION}Task: {task.strip()}; Initial Environment Description: None."
+
+
+def grounder_prompt(task: str, subgoals: str, domain: str = "maths") -> str:
+    """User turn of the onetime grounder: instruction, the domain's tool list, task, subgoals."""
+    if domain not in TOOL_PREAMBLES:
+        raise KeyError(f"unknown domain {domain!r}; known: {sorted(TOOL_PREAMBLES)}")
+    return f"{GROUNDER_INSTRUCTION}{TOOL_PREAMBLES[domain]}Task: {task.strip()} \nSubgoals to be grounded: {subgoals.strip()}"
+
+
+_GROUNDER_RE = re.compile(r"Task: (?P<task>.*) \nSubgoals to be grounded: (?P<subgoals>.*)\Z", re.S)
+_PLANNER_RE = re.compile(r"Task: (?P<task>.*); Initial Environment Description: None\.\Z", re.S)
+
+
+def parse_planner_prompt(prompt: str) -> str:
+    """The task text inside a planner user turn."""
+    match = _PLANNER_RE.search(prompt)
+    if not match:
+        raise FormatError("not a Lumos planner prompt (no 'Task: ...; Initial Environment Description: None.')")
+    return match["task"]
+
+
+def parse_grounder_prompt(prompt: str) -> tuple[str, str]:
+    """(task, subgoals text) inside a grounder user turn."""
+    match = _GROUNDER_RE.search(prompt)
+    if not match:
+        raise FormatError("not a Lumos grounder prompt (no 'Task: ... \\nSubgoals to be grounded: ...')")
+    return match["task"], match["subgoals"]
+
+
+# --------------------------------------------------------------------------- subgoals
+
+_SUBGOAL_HEAD = re.compile(r"(?:^|;\s*)Subgoal (\d+): ")
+
+
+def format_subgoals(subgoals: list[str] | tuple[str, ...]) -> str:
+    """`Subgoal 1: ...; Subgoal 2: ...` (Lumos onetime planner output)."""
+    return SUBGOAL_SEPARATOR.join(f"Subgoal {i}: {s.strip()}" for i, s in enumerate(subgoals, start=1))
+
+
+def parse_subgoals(text: str) -> list[str]:
+    """Inverse of `format_subgoals`; raises FormatError when no `Subgoal 1:` heads the text.
+
+    Numbering need not be consecutive in model output; the texts are returned in order.
+    """
+    text = text.strip()
+    heads = list(_SUBGOAL_HEAD.finditer(text))
+    if not heads or heads[0].start() != 0:
+        raise FormatError(f"subgoal sequence must start with 'Subgoal 1: ', got {text[:60]!r}")
+    out = []
+    for head, nxt in zip(heads, heads[1:] + [None]):
+        end = nxt.start() if nxt is not None else len(text)
+        out.append(text[head.end() : end].strip())
+    return out
+
+
+# --------------------------------------------------------------------------- actions
+
+_OUTPUTS = r"R\d+(?:\s*,\s*R\d+)*"
+_ACTION_RE = re.compile(rf"^\s*(?P<outputs>{_OUTPUTS})\s*=\s*(?P<tool>[A-Za-z_]\w*)\((?P<argument>.*)\)\s*$", re.S)
+_ACTION_SPLIT = re.compile(rf";\s*(?={_OUTPUTS}\s*=)")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One tool call: `R5, R6 = SolveEquation(...)` has outputs ("R5", "R6")."""
+
+    outputs: tuple[str, ...]
+    tool: str
+    argument: str
+
+    def __str__(self) -> str:
+        return f"{', '.join(self.outputs)} = {self.tool}({self.argument})"
+
+
+def parse_action(text: str) -> Action:
+    match = _ACTION_RE.match(text)
+    if not match:
+        raise FormatError(f"not an action 'R# = Tool(argument)': {text[:80]!r}")
+    outputs = tuple(o.strip() for o in match["outputs"].split(","))
+    return Action(outputs=outputs, tool=match["tool"], argument=match["argument"].strip())
+
+
+def split_actions(text: str) -> list[str]:
+    """Split an action sequence at the `; ` that precedes each `R# =` (arguments may hold ';')."""
+    text = text.strip()
+    return [part.strip() for part in _ACTION_SPLIT.split(text) if part.strip()] if text else []
+
+
+def parse_actions(text: str) -> list[Action]:
+    """`R1 = Calculator(28 * 1/7); R2 = Calculator(28 - R1)` -> two Actions; FormatError if any is malformed."""
+    parts = split_actions(text)
+    if not parts:
+        raise FormatError("empty action sequence")
+    return [parse_action(part) for part in parts]
+
+
+def format_actions(actions: list[Action] | list[str] | tuple) -> str:
+    return ACTION_SEPARATOR.join(str(a).strip() for a in actions)
+
+
+# --------------------------------------------------------------------------- chat
+
+USER_TAG = "<|user|>\n"
+ASSISTANT_TAG = "<|assistant|>\n"
+EOS = "</s>"
+
+
+def lumos_generation_prompt(user: str) -> str:
+    """One user turn in Lumos's serialisation, ending where the assistant starts to write."""
+    return f"{USER_TAG}{user}\n{ASSISTANT_TAG}"
+
+
+def lumos_chat(messages: list[dict[str, str]]) -> str:
+    """Lumos's training serialisation: `<|user|>\\n{c}\\n<|assistant|>\\n{c}</s>\\n` per turn pair."""
+    out = []
+    for message in messages:
+        role, content = message["role"], message["content"]
+        if role == "user":
+            out.append(f"{USER_TAG}{content}\n")
+        elif role == "assistant":
+            out.append(f"{ASSISTANT_TAG}{content}{EOS}\n")
+        else:
+            raise FormatError(f"unknown chat role {role!r} (Lumos rows hold 'user' and 'assistant')")
+    return "".join(out)
