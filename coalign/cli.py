@@ -1,0 +1,152 @@
+"""The `coalign` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from coalign.config import ConfigError, load_config
+from coalign.errors import DataError
+
+app = typer.Typer(help="Train teams of LLM agents to work together (MOAT).", no_args_is_help=True)
+data_app = typer.Typer(help="Make and check task data.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+console = Console()
+
+ConfigArg = Annotated[str, typer.Argument(help="YAML config path, or a bundled config name: tiny, paper")]
+RunDirOpt = Annotated[Optional[Path], typer.Option("--run-dir", help="run folder (default runs/<config name>)")]
+SetOpt = Annotated[list[str], typer.Option("--set", help="override a config key, e.g. --set planner_sft.epochs=3")]
+
+
+def _overrides(pairs: list[str]) -> dict:
+    """`a.b=1` pairs -> nested dict; values parsed as YAML scalars."""
+    import yaml
+
+    out: dict = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--set needs key=value, got {pair!r}")
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    return out
+
+
+def _config(name: str, sets: list[str]):
+    try:
+        return load_config(name, _overrides(sets))
+    except (ConfigError, DataError) as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _show(results: dict) -> None:
+    from coalign.report import eval_table, style_table
+
+    console.print(eval_table(results))
+    console.print(style_table(results))
+
+
+@app.command()
+def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = []) -> None:  # noqa: B006
+    """Cold-start SFT of planner and grounder (the Agent Lumos recipe), then evaluation."""
+    from coalign.recipes.lumos import run_lumos
+
+    cfg = _config(config, set_)
+    started = time.time()
+    try:
+        results = run_lumos(cfg, run_dir or Path("runs") / cfg.name, console)
+    except DataError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    _show(results)
+    console.print(f"wall time {time.time() - started:.0f} s")
+
+
+@app.command("eval")
+def eval_(
+    config: ConfigArg,
+    run_dir: RunDirOpt = None,
+    planner: Annotated[Optional[str], typer.Option(help="planner checkpoint (default: the run's)")] = None,
+    grounder: Annotated[Optional[str], typer.Option(help="grounder checkpoint (default: the run's)")] = None,
+    set_: SetOpt = [],  # noqa: B006
+) -> None:
+    """Planner -> grounder -> executor on the config's held-in and held-out sets."""
+    from coalign.recipes.lumos import evaluate_run, prepare_run
+
+    cfg = _config(config, set_)
+    root = run_dir or Path("runs") / cfg.name
+    if planner or grounder:
+        root = root / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
+    run = prepare_run(cfg, root, console)
+    planner = planner or str(run.path("checkpoints", "planner_sft"))
+    grounder = grounder or str(run.path("checkpoints", "grounder_sft"))
+    _show(evaluate_run(run, cfg, planner, grounder, console))
+
+
+@app.command()
+def demo(run_dir: RunDirOpt = Path("runs/demo"), set_: SetOpt = []) -> None:  # noqa: B006
+    """The bundled default: tiny planner and grounder trained from scratch on the bundled suite."""
+    train("tiny", run_dir, set_)
+
+
+@app.command("exec")
+def exec_(domain: Annotated[str, typer.Option(help="tool domain")] = "maths") -> None:
+    """Execute an action sequence read from stdin; print the trace as JSON."""
+    from coalign.tools.executor import execute
+
+    print(json.dumps(execute(sys.stdin.read(), domain).to_json(), indent=2))
+
+
+@data_app.command("suite")
+def data_suite(
+    out: Annotated[Path, typer.Option(help="output folder")],
+    n: Annotated[int, typer.Option(help="tasks per split")] = 1000,
+    seed: int = 0,
+) -> None:
+    """Write the bundled suite's splits as tasks JSONL and Lumos planner/grounder rows."""
+    from coalign.runs import write_jsonl
+    from coalign.tasks.lumos import save_lumos_rows, task_to_rows
+    from coalign.tasks.suite import SPLITS, generate_suite
+
+    for split in SPLITS:
+        tasks = generate_suite(split, n, seed)
+        write_jsonl(out / f"{split}.tasks.jsonl", [t.to_json() for t in tasks])
+        rows = [task_to_rows(t) for t in tasks]
+        save_lumos_rows(out / f"{split}.plan_onetime.jsonl", [p for p, _ in rows])
+        save_lumos_rows(out / f"{split}.ground_onetime.jsonl", [g for _, g in rows])
+        console.print(f"{split}: {len(tasks)} tasks -> {out}")
+
+
+@data_app.command("check-gold")
+def data_check_gold(
+    kind: Annotated[str, typer.Argument(help="gsm8k or svamp")],
+    path: Annotated[Path, typer.Argument(help="the dataset file")],
+) -> None:
+    """Execute the converted gold actions and report how often they reproduce the gold answer."""
+    from coalign.tasks.gold import gold_execution_report
+    from coalign.tasks.gsm8k import load_gsm8k
+    from coalign.tasks.svamp import load_svamp
+
+    loaders = {"gsm8k": load_gsm8k, "svamp": load_svamp}
+    if kind not in loaders:
+        raise typer.BadParameter(f"kind must be one of {sorted(loaders)}")
+    try:
+        report = gold_execution_report(loaders[kind](path))
+    except DataError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    console.print(report.summary())
+
+
+if __name__ == "__main__":
+    app()

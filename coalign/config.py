@@ -1,0 +1,183 @@
+"""Validated run configuration, read from YAML.
+
+One frozen pydantic model per concern; unknown keys are refused, so a typo is an error that
+names the file, the line and the key instead of a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SFTSettings(Settings):
+    """Supervised fine-tuning. Defaults are the paper's (Lumos/MOAT: lr 2e-5, batch 128, 2 epochs)."""
+
+    learning_rate: float = Field(2e-5, gt=0)
+    epochs: float = Field(2.0, gt=0)
+    batch_size: int = Field(8, ge=1, description="per device")
+    grad_accum: int = Field(16, ge=1, description="effective batch = batch_size * grad_accum * devices")
+    max_length: int = Field(1024, ge=16)
+    warmup_ratio: float = Field(0.03, ge=0, lt=1)
+    lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "linear"
+    weight_decay: float = Field(0.0, ge=0)
+    bf16: bool = False
+    logging_steps: int = Field(10, ge=1)
+
+
+class TinySpec(Settings):
+    """Size of a from-scratch Llama-style model (used when a model is given as `tiny`)."""
+
+    vocab_size: int = Field(1024, ge=300)
+    hidden_size: int = Field(128, ge=8)
+    num_layers: int = Field(4, ge=1)
+    num_heads: int = Field(4, ge=1)
+    num_kv_heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(352, ge=8)
+    max_positions: int = Field(1024, ge=64)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "TinySpec":
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError("hidden_size must be a multiple of num_heads, and num_heads of num_kv_heads")
+        return self
+
+
+class ModelSettings(Settings):
+    """Where each agent starts: `tiny` (made from scratch here) or any HF causal LM path / hub id."""
+
+    planner: str = "tiny"
+    grounder: str = "tiny"
+    tiny: TinySpec = TinySpec()
+    trust_remote_code: bool = False
+
+
+class DataSource(Settings):
+    """One set of tasks.
+
+    kind `suite`: the bundled generator (split, n, seed); `gsm8k` / `svamp`: the public files at
+    `path`; `lumos`: Agent Lumos `messages` JSONL, planner rows at `path`, grounder rows at
+    `grounder_path`. `n` keeps the first n tasks.
+    """
+
+    kind: Literal["suite", "gsm8k", "svamp", "lumos"]
+    path: Path | None = None
+    grounder_path: Path | None = None
+    split: Literal["train", "heldin", "heldout"] | None = None
+    n: int | None = Field(None, ge=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _needs(self) -> "DataSource":
+        if self.kind == "suite" and (self.split is None or self.n is None):
+            raise ValueError("kind 'suite' needs 'split' and 'n'")
+        if self.kind != "suite" and self.path is None:
+            raise ValueError(f"kind '{self.kind}' needs 'path'")
+        if self.kind == "lumos" and self.grounder_path is None:
+            raise ValueError("kind 'lumos' needs 'grounder_path' (the grounder rows) beside 'path' (planner rows)")
+        return self
+
+
+class DataSettings(Settings):
+    train: list[DataSource]
+    heldin: list[DataSource] = []
+    heldout: list[DataSource] = []
+
+
+class EvalSettings(Settings):
+    batch_size: int = Field(64, ge=1)
+    max_new_tokens_plan: int = Field(160, ge=1)
+    max_new_tokens_ground: int = Field(160, ge=1)
+    diagnostics: bool = Field(True, description="also ground gold and blanked subgoals (the subgoals-matter check)")
+
+
+class RunConfig(Settings):
+    name: str
+    seed: int = 0
+    threads: int | None = Field(None, ge=1, description="torch CPU threads; default = all cores")
+    data: DataSettings
+    models: ModelSettings = ModelSettings()
+    planner_sft: SFTSettings = SFTSettings()
+    grounder_sft: SFTSettings = SFTSettings()
+    eval: EvalSettings = EvalSettings()
+
+
+class ConfigError(ValueError):
+    """A config file that does not validate; the message names file, line and key."""
+
+
+BUNDLED = Path(__file__).resolve().parent / "configs"
+
+
+def resolve_config_path(name_or_path: str | Path) -> Path:
+    """A YAML path, or the name of a bundled config (`tiny`, `paper`)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    bundled = BUNDLED / f"{name_or_path}.yaml"
+    if bundled.exists():
+        return bundled
+    known = sorted(p.stem for p in BUNDLED.glob("*.yaml"))
+    raise ConfigError(f"{name_or_path}: no such file, and no bundled config of that name (bundled: {known})")
+
+
+def _line_of(node: yaml.Node, loc: tuple) -> int | None:
+    """1-based line of the deepest YAML node found along a pydantic error location."""
+    line = node.start_mark.line + 1
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == key), None)
+            key_node = next((k for k, v in node.value if k.value == key), None)
+            if match is None:
+                return line
+            line, node = key_node.start_mark.line + 1, match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def load_config(name_or_path: str | Path, overrides: dict | None = None) -> RunConfig:
+    """Read and validate a run config; `overrides` (nested dict) are applied on top."""
+    path = resolve_config_path(name_or_path)
+    text = path.read_text()
+    try:
+        raw = yaml.safe_load(text) or {}
+        root = yaml.compose(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}, line 1: a config is a mapping of keys, got {type(raw).__name__}")
+    data = _merge(raw, overrides or {})
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
+            key = ".".join(str(p) for p in loc) or "(top level)"
+            line = _line_of(root, loc) if root is not None else None
+            where = f"{path}, line {line}" if line else str(path)
+            msg = "unknown key (typo?)" if e["type"] == "extra_forbidden" else e["msg"]
+            lines.append(f"{where}: field '{key}': {msg}")
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def config_to_yaml(config: RunConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

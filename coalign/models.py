@@ -1,0 +1,104 @@
+"""Causal LMs at the edges: load any Hugging Face model, or make a tiny one from scratch.
+
+Every later step loads a checkpoint folder with the same Auto classes, whether it holds a
+7B hub model or the tiny model made here, so nothing downstream knows the difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from coalign.config import TinySpec
+from coalign.formats import ASSISTANT_TAG, EOS, USER_TAG, lumos_generation_prompt
+
+SPECIAL_TOKENS = ["<unk>", "<s>", EOS, "<pad>", USER_TAG.strip(), ASSISTANT_TAG.strip()]
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on the given texts, digits split one by one.
+
+    Byte level means any input (unicode, NUL bytes) encodes; single digits let a tiny model
+    copy and compose numbers it never saw whole.
+    """
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token=EOS,
+        pad_token="<pad>",
+        additional_special_tokens=SPECIAL_TOKENS[4:],
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def make_tiny_model(texts: Iterable[str], out_dir: str | Path, spec: TinySpec = TinySpec(), seed: int = 0) -> Path:
+    """Train a tokenizer on `texts`, initialise a small Llama, save both with save_pretrained."""
+    tokenizer = train_tokenizer(texts, spec.vocab_size)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    out = Path(out_dir)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def load_tokenizer(path_or_id: str | Path, trust_remote_code: bool = False):
+    """Tokenizer padded on the left (batched generation) with a pad token guaranteed."""
+    tokenizer = AutoTokenizer.from_pretrained(str(path_or_id), trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_model(path_or_id: str | Path, trust_remote_code: bool = False, dtype: str = "auto"):
+    """Any causal LM from a local folder or a hub id; safetensors weights only (no pickle)."""
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path_or_id), trust_remote_code=trust_remote_code, dtype=dtype, use_safetensors=True
+    )
+    model.eval()
+    return model
+
+
+def render_prompt(tokenizer, user: str) -> str:
+    """The text a model continues from: its chat template when it has one, else Lumos's format."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
+        )
+    return lumos_generation_prompt(user)
+
+
+def parameter_count(model) -> int:
+    return sum(p.numel() for p in model.parameters())

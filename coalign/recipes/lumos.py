@@ -1,0 +1,109 @@
+"""The Agent Lumos recipe: planner and grounder fine-tuned independently on ground truth.
+
+This is MOAT's cold start and its baseline. Read top to bottom: make or load the initial
+models, SFT the planner on gold subgoals, SFT the grounder on gold actions, evaluate.
+Each stage leaves its output in the run folder and is skipped when already finished.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from coalign.agents import Agent, grounder_example, planner_example
+from coalign.config import RunConfig, config_to_yaml
+from coalign.evaluate import evaluate_tasks, split_summary
+from coalign.formats import lumos_generation_prompt
+from coalign.models import make_tiny_model
+from coalign.runs import Run, atomic_write_text, read_json, write_json, write_jsonl
+from coalign.stages.sft import sft
+from coalign.tasks import Task
+from coalign.tasks.sources import load_source, load_sources, source_name
+
+
+def prepare_run(config: RunConfig, run_dir: str | Path, console: Console) -> Run:
+    """Open the run folder and record its config (an existing, different config is refused)."""
+    run = Run(run_dir)
+    text = config_to_yaml(config)
+    saved = run.path("config.yaml")
+    if saved.exists() and saved.read_text() != text:
+        raise SystemExit(
+            f"{saved} holds a different config; resume with the same config or use a new --run-dir"
+        )
+    atomic_write_text(saved, text)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    console.print(f"[bold]run folder[/bold] {run.root}")
+    return run
+
+
+def initial_models(run: Run, config: RunConfig, train: list[Task], console: Console) -> tuple[str, str]:
+    """Paths of the planner's and grounder's starting checkpoints; `tiny` ones are made here."""
+    models = config.models
+    tiny_dir = run.path("models", "tiny-init")
+    if "tiny" in (models.planner, models.grounder) and not run.is_done("init"):
+        started = time.time()
+        console.print("making a tiny model: BPE tokenizer on the training text, small Llama config")
+        texts = [lumos_generation_prompt(u) + c for t in train for u, c in (_planner_pair(t), _grounder_pair(t))]
+        make_tiny_model(texts, tiny_dir, models.tiny, seed=config.seed)
+        run.mark_done("init", {"path": str(tiny_dir)}, started)
+    return tuple(str(tiny_dir) if name == "tiny" else name for name in (models.planner, models.grounder))
+
+
+def _planner_pair(task: Task) -> tuple[str, str]:
+    return planner_example(task.question, task.subgoals)
+
+
+def _grounder_pair(task: Task) -> tuple[str, str]:
+    return grounder_example(task.question, task.subgoals, task.actions, task.family)
+
+
+def train_agent(run: Run, stage: str, init: str, examples, settings, seed: int, console: Console) -> str:
+    """One SFT stage, skipped when its checkpoint is already complete."""
+    out = run.path("checkpoints", stage)
+    if not run.is_done(stage):
+        started = time.time()
+        console.print(f"[bold]{stage}[/bold]: SFT on {len(examples)} examples from {init}")
+        sft(init, examples, out, settings, seed=seed)
+        run.mark_done(stage, {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}, started)
+    return str(out)
+
+
+def evaluate_run(run: Run, config: RunConfig, planner_path: str, grounder_path: str, console: Console) -> dict:
+    """Evaluate on every held-in and held-out set; write predictions and metrics."""
+    if run.is_done("eval"):
+        return read_json(run.path("eval", "metrics.json"))
+    started = time.time()
+    trust = config.models.trust_remote_code
+    planner, grounder = Agent.load(planner_path, trust), Agent.load(grounder_path, trust)
+    results: dict = {}
+    for split in ("heldin", "heldout"):
+        per_set = {}
+        for source in getattr(config.data, split):
+            name = source_name(source)
+            tasks = load_source(source)
+            console.print(f"[bold]eval[/bold] {split}/{name}: {len(tasks)} tasks")
+            metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{name}")
+            write_jsonl(run.path("eval", f"{split}-{name}.predictions.jsonl"), rows)
+            per_set[name] = metrics
+        results[split] = {"sets": per_set, "average": split_summary(per_set)}
+    write_json(run.path("eval", "metrics.json"), results)
+    run.mark_done("eval", {}, started)
+    return results
+
+
+def run_lumos(config: RunConfig, run_dir: str | Path, console: Console) -> dict:
+    """Agent Lumos: independent SFT of both agents on ground truth, then evaluation."""
+    run = prepare_run(config, run_dir, console)
+    train = load_sources(config.data.train)
+    planner_init, grounder_init = initial_models(run, config, train, console)
+    planner = train_agent(
+        run, "planner_sft", planner_init, [_planner_pair(t) for t in train], config.planner_sft, config.seed, console
+    )
+    grounder = train_agent(
+        run, "grounder_sft", grounder_init, [_grounder_pair(t) for t in train], config.grounder_sft, config.seed, console
+    )
+    return evaluate_run(run, config, planner, grounder, console)

@@ -1,0 +1,63 @@
+"""Tables for the terminal (rich) and for README/markdown reports, from metrics dicts."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+COLUMNS = [
+    ("accuracy", "end-to-end acc"),
+    ("lumos_exact", "Lumos exact"),
+    ("grounder_acc_gold_subgoals", "grounder | gold subgoals"),
+    ("grounder_acc_blank_subgoals", "grounder | blanked subgoals"),
+    ("capability_gap", "capability gap"),
+    ("plan_well_formed", "plans well-formed"),
+]
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def eval_rows(results: dict) -> list[list[str]]:
+    """One row per evaluation set plus a row per split average (percentages)."""
+    rows = []
+    for split in ("heldin", "heldout"):
+        block = results.get(split, {})
+        for name, m in block.get("sets", {}).items():
+            rows.append([split, name, str(m["n"])] + [_pct(m.get(k)) for k, _ in COLUMNS])
+        if block.get("sets"):
+            avg = block["average"]
+            rows.append([split, "average", ""] + [_pct(avg.get(k)) for k, _ in COLUMNS])
+    return rows
+
+
+def eval_table(results: dict, title: str = "evaluation (%)") -> Table:
+    table = Table(title=title)
+    for header in ["split", "set", "n"] + [h for _, h in COLUMNS]:
+        table.add_column(header, justify="right" if header not in ("split", "set") else "left")
+    for row in eval_rows(results):
+        table.add_row(*row)
+    return table
+
+
+def style_table(results: dict) -> Table:
+    """Grounder accuracy given gold subgoals, per annotation style (bundled suite only)."""
+    table = Table(title="grounder accuracy given gold subgoals, by subgoal style (%)")
+    table.add_column("split / set")
+    styles = sorted({s for b in results.values() for m in b.get("sets", {}).values() for s in m.get("grounder_acc_gold_by_style", {})})
+    for style in styles:
+        table.add_column(style, justify="right")
+    for split, block in results.items():
+        for name, m in block.get("sets", {}).items():
+            by = m.get("grounder_acc_gold_by_style")
+            if by:
+                counts = m.get("style_counts", {})
+                table.add_row(f"{split}/{name}", *[f"{_pct(by.get(s))} (n={counts.get(s, 0)})" for s in styles])
+    return table
+
+
+def markdown_table(results: dict) -> str:
+    headers = ["split", "set", "n"] + [h for _, h in COLUMNS]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in eval_rows(results)]
+    return "\n".join(lines)

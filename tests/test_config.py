@@ -1,0 +1,47 @@
+"""Configs: bundled ones validate; a wrong key or type is an error naming file, line and key."""
+
+import pytest
+
+from coalign.config import ConfigError, load_config
+
+
+@pytest.mark.parametrize("name", ["tiny", "paper"])
+def test_bundled_configs_validate(name):
+    config = load_config(name)
+    assert config.data.train
+
+
+def test_paper_config_holds_the_papers_sft_settings():
+    sft = load_config("paper").grounder_sft
+    assert (sft.learning_rate, sft.epochs, sft.max_length, sft.warmup_ratio) == (2e-5, 2, 1024, 0.03)
+    assert sft.batch_size * sft.grad_accum == 128
+
+
+def test_unknown_key_names_file_line_and_key(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ndata:\n  train:\n    - {kind: suite, split: train, n: 10}\nplanner_sft:\n  lernrate: 0.1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert str(path) in message and "line 6" in message and "planner_sft.lernrate" in message
+    assert "unknown key" in message
+
+
+def test_wrong_type_names_field(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ndata:\n  train:\n    - {kind: suite, split: train, n: ten}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "data.train.0.n" in str(err.value) and "line 4" in str(err.value)
+
+
+def test_source_missing_path_is_refused(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ndata:\n  train:\n    - {kind: gsm8k}\n")
+    with pytest.raises(ConfigError, match="needs 'path'"):
+        load_config(path)
+
+
+def test_overrides_apply_on_top():
+    config = load_config("tiny", {"planner_sft": {"epochs": 1}})
+    assert config.planner_sft.epochs == 1
