@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
 from datasets import Dataset
 from transformers.utils import logging as hf_logging
 from trl import SFTConfig, SFTTrainer
@@ -61,6 +62,7 @@ def sft(
         data_seed=seed,
         bf16=settings.bf16,
         dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
         dataset_num_proc=None,
         disable_tqdm=False,
     )

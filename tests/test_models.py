@@ -1,0 +1,73 @@
+"""Tiny-model factory, loading from a folder, prompt rendering, and a real SFT round trip."""
+
+import json
+
+import pytest
+import torch
+
+from coalign.agents import Agent, generate
+from coalign.config import SFTSettings, TinySpec
+from coalign.formats import grounder_prompt, lumos_generation_prompt, planner_prompt
+from coalign.models import load_model, load_tokenizer, make_tiny_model, parameter_count, render_prompt
+from coalign.stages.sft import sft
+
+SPEC = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
+PAIRS = [(planner_prompt(f"Add {a} and {b}."), f"Subgoal 1: Add {a} and {b}") for a, b in [(3, 4), (15, 27), (8, 61)]]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    texts = [lumos_generation_prompt(u) + c for u, c in PAIRS] + [grounder_prompt("Add 1 and 2.", "Subgoal 1: x")]
+    return make_tiny_model(texts, tmp_path_factory.mktemp("tiny"), SPEC, seed=0)
+
+
+def test_tiny_model_saves_and_loads_with_auto_classes(tiny):
+    assert (tiny / "model.safetensors").exists() and (tiny / "tokenizer.json").exists()
+    model, tok = load_model(tiny), load_tokenizer(tiny)
+    assert model.config.model_type == "llama" and model.config.hidden_size == 64
+    assert 20_000 < parameter_count(model) < 200_000
+    assert tok.padding_side == "left" and tok.eos_token == "</s>"
+
+
+def test_tokenizer_encodes_any_text_and_splits_digits(tiny):
+    tok = load_tokenizer(tiny)
+    for text in ["Zoë owes €12\x00 ١٢", "123456"]:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == text
+    assert tok.convert_ids_to_tokens(tok("9087", add_special_tokens=False)["input_ids"]) == ["9", "0", "8", "7"]
+
+
+def test_prompt_tokens_are_a_prefix_of_prompt_plus_completion(tiny):
+    """TRL masks the loss by this prefix: a merge across the boundary would shift it."""
+    tok = load_tokenizer(tiny)
+    for user, completion in PAIRS:
+        prompt = render_prompt(tok, user)
+        p = tok(prompt, add_special_tokens=False)["input_ids"]
+        pc = tok(prompt + completion, add_special_tokens=False)["input_ids"]
+        assert pc[: len(p)] == p and len(pc) > len(p)
+
+
+def test_render_prompt_uses_chat_template_when_present(tiny, tmp_path):
+    tok = load_tokenizer(tiny)
+    assert render_prompt(tok, "Q") == "<|user|>\nQ\n<|assistant|>\n"
+    tok.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
+    tok.save_pretrained(tmp_path)
+    assert render_prompt(load_tokenizer(tmp_path), "Q") == "[user] Q\n[assistant] "
+
+
+def test_sft_learns_completions_and_generation_returns_them_in_order(tiny, tmp_path):
+    torch.manual_seed(0)
+    settings = SFTSettings(learning_rate=3e-3, epochs=60, batch_size=3, grad_accum=1, warmup_ratio=0.0,
+                           lr_scheduler="constant", max_length=128, logging_steps=20)
+    out = sft(tiny, PAIRS, tmp_path / "sft", settings, seed=0)
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["losses"][-1] < log["losses"][0] / 4
+    agent = Agent.load(str(out))
+    users = [u for u, _ in PAIRS][::-1]
+    got = generate(agent, users, max_new_tokens=24, batch_size=2)
+    assert [g[0] for g in got] == [c for _, c in PAIRS][::-1]
+
+
+def test_sft_refuses_empty_dataset(tiny, tmp_path):
+    with pytest.raises(ValueError, match="empty"):
+        sft(tiny, [], tmp_path / "x", SFTSettings())
