@@ -1,0 +1,371 @@
+"""GSM8K (openai/grade-school-math) as Lumos tasks: sub-questions become subgoals, calculations Calculator actions.
+
+The calculations are the `<<expr=value>>` annotations plus the ones the solution writes out
+without an annotation (`so the boots cost 99 + 5 = $104`): about 8% of test solutions do their
+last step that way, and without it the gold actions would stop short of the answer. Equations
+the solution solves by hand (`2/3 * x = 12, ... so x = 18`; 33 test solutions) become
+`SetEquation` + `SolveEquation` actions, kept only when the executor gives the value written.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from pathlib import Path
+
+from coalign.errors import DataError
+from coalign.metrics import gsm8k_gold_answer
+from coalign.tasks import Task
+from coalign.tasks.arithmetic import Operation, evaluate, parse
+from coalign.tasks.jsonl import read_jsonl, require
+from coalign.tools.executor import execute
+
+_ANNOTATION = re.compile(r"<<([^<>]*)>>")
+_ANNOTATION_SPLIT = re.compile(r"(<<[^<>]*>>)")
+# A whole number token: not part of a longer number or an identifier (`R12`, `1.5`, `.5` are one token each).
+_NUMBER = re.compile(r"(?<![\w.])(?:\d+(?:\.\d+)?|\.\d+)(?![\w.])")
+_SPACES = re.compile(r"\s+")
+SOCRATIC_SEPARATOR = " ** "
+
+# Words after a number (`7 puppies / 20 puppies`): dropped for arithmetic, kept for algebra (`3r + 5w`).
+_UNITS = (re.compile(r"(?<=[\d%])(?:\s*[A-Za-z]+(?:/[A-Za-z]+)?){1,3}(?=\s*[-+*/=])"), "")
+# Written-out calculations: spellings normalised to plain arithmetic before looking for `expr = number`.
+_SPELLINGS = [
+    (re.compile("[\u2212\u2013]"), "-"),  # minus sign, en dash
+    (re.compile("\u00d7"), "*"),
+    (re.compile("\u00f7"), "/"),
+    (re.compile(r"(?<=\d),(?=\d{3}(?!\d))"), ""),  # thousands commas
+    (re.compile(r"(?:(?<=\$\d)|(?<=\$\d\d)|(?<=\$\d\d\d)) (?=\d{3}(?!\d))"), ""),  # `$400 000`
+    (re.compile(r"\bequals\b"), "="),
+    (re.compile(r"\bplus\b"), "+"),
+    (re.compile(r"\bminus\b"), "-"),
+    (re.compile(r"\b(?:multiplied by|times)\b"), "*"),
+    (re.compile(r"\bdivided by\b"), "/"),
+    (re.compile(r"(?<![\d/.])(\d+) (\d+/\d+)(?![\d/])"), r"(\1 + \2)"),  # mixed numbers `1 1/2`
+    (re.compile(r"(?<=/ )(\d+/\d+)(?![\d.])"), r"(\1)"),  # `3 / 1/2` divides by a half
+    (re.compile(r"(?<=[\d)%])((?:\s*[A-Za-z]+){0,2})\s*\bx\b\s*(?=[\d($.])"), r"\1 * "),  # `20 x 3`, `5 seconds x 7`
+    _UNITS,
+    (re.compile(r"(?<=[\d)])\s*(?=\()"), " * "),  # implicit product `2(40+9)`
+    (re.compile(r"(?<=\))\s*(?=[\d.])"), " * "),  # `(1/4)24`
+]
+_LEFT_OF_EQUALS = re.compile(r"[\d.\s+\-*/()$%]*\Z")
+_LEADING_JUNK = re.compile(r"^(?:[\s*/)+]|\.(?!\d))+")  # a sentence's full stop, a dangling operator
+_RIGHT_OF_EQUALS = re.compile(r"\s*\$?\s*(?P<value>-?(?:\d+(?:\.\d+)?|\.\d+))%?(?!\s*[-+*/]\s*[\d($.])(?!\s*\(|\s+\d)")
+
+# Hand-worked algebra (`2/3 * x = 12, ... so x = 18`): the same spellings except that words after
+# a number stay (`3r + 5w = 42`), and `[...]` groups like `(...)`.
+_ALGEBRA_SPELLINGS = [s for s in _SPELLINGS if s is not _UNITS] + [(re.compile(r"\["), "("), (re.compile(r"\]"), ")")]
+_LETTER = r"(?<![A-Za-z'])[A-Za-z](?![A-Za-z'\d])"  # a one-letter name, not a letter of a word (`Carver's`)
+_ALGEBRA_TEXT = rf"(?:[\d.\s+\-*/()%$]|{_LETTER})*"
+_ALGEBRA_LEFT = re.compile(rf"{_ALGEBRA_TEXT}\Z")
+_ALGEBRA_RIGHT = re.compile(_ALGEBRA_TEXT)
+_NAME = re.compile(_LETTER)
+_FULL_STOP = re.compile(r"\.(?!\d)")
+_WORD_AFTER_NUMBER = re.compile(r"(?<=[\d.%)])\s+(?=[A-Za-z])")  # `12 a day`: the number ends the expression
+_NUMBER_AFTER_WORD = re.compile(r"(?<=[A-Za-z])\s+(?=[\d.(])")  # `a 3x + 2`: the expression starts at `3x`
+_EQUALS_AT_END = re.compile(r"=\s*\$?\s*\Z")
+_PLAIN_NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)")
+
+
+def load_gsm8k(path: str | Path) -> list[Task]:
+    """Tasks from a GSM8K JSONL file (`test_socratic.jsonl`, `test.jsonl`, `train.jsonl`).
+
+    A step `Sub-question? ** solution` gives the sub-question as its subgoal; a plain step (no
+    sub-questions in the file) is its own subgoal, with the `<<...>>` annotations removed.
+    The split in the id drops `_socratic`, so one problem has one id in both renderings.
+    """
+    path = Path(path)
+    split = path.stem.removesuffix("_socratic")
+    return [_task(row, path, line, split) for line, row in read_jsonl(path)]
+
+
+def parse_annotation(annotation: str) -> tuple[str, str | None]:
+    """`48/2=24` -> ("48/2", "24"); the claimed result is None when there is no `=`."""
+    expression, equals, result = annotation.rpartition("=")
+    return (expression.strip(), result.strip()) if equals else (annotation.strip(), None)
+
+
+def reference_results(expression: str, results: list[str | None]) -> str:
+    """Replace each number equal to an earlier result by that result's `R#` (the most recent one).
+
+    This turns copied intermediate values into references, as in Lumos's grounder data
+    (`R2 = Calculator(48 + R1)`); given numbers that differ from every earlier result stay literal.
+    """
+    values = [_value(result) for result in results]
+
+    def substitute(match: re.Match[str]) -> str:
+        value = _value(match[0])
+        for index in range(len(values) - 1, -1, -1):
+            if values[index] is not None and values[index] == value:
+                return f"R{index + 1}"
+        return match[0]
+
+    return _NUMBER.sub(substitute, expression)
+
+
+def written_calculations(text: str) -> list[tuple[str, str]]:
+    """(expression, written result) for each `expr = number` in plain text whose expression gives that number.
+
+    Only calculations that check out (exactly, or up to the rounding of the written result) are
+    kept, so algebra (`2/3 * x = 12`), unit conversions (`15 gallons = 120 pints`) and typos are skipped.
+    """
+    return [(expression, result) for _, expression, result in _written_calculations(text)]
+
+
+def _written_calculations(text: str) -> list[tuple[int, str, str]]:
+    """(which `=` of the text, expression, written result) for each calculation that checks out."""
+    for pattern, replacement in _SPELLINGS:
+        text = pattern.sub(replacement, text)
+    found = []
+    for ordinal, equals in enumerate(re.finditer("=", text)):
+        right = _RIGHT_OF_EQUALS.match(text, equals.end())
+        if not right:
+            continue
+        expression = _LEFT_OF_EQUALS.search(text[: equals.start()])[0].replace("$", "").replace("%", "")
+        expression = _LEADING_JUNK.sub("", expression).strip()
+        while expression.count("(") > expression.count(")") and expression.startswith("("):
+            expression = expression[1:].lstrip()
+        if _checks_out(expression, right["value"]):
+            found.append((ordinal, expression, right["value"]))
+    return found
+
+
+def written_relations(text: str) -> list[tuple[str, str]]:
+    """(left, right) for each `=` in plain text with a one-letter unknown on either side.
+
+    `Now we know that 2/3 * x = 12, where x is ...` gives ("2/3 * x", "12"), and `so x = 18` gives
+    ("x", "18"). Nothing is checked here: `steps_to_plan` keeps an equation only when solving it
+    gives a value the text then writes.
+    """
+    return [(left, right) for _, left, right in _relations(text)]
+
+
+def _relations(text: str) -> list[tuple[int, str, str]]:
+    for pattern, replacement in _ALGEBRA_SPELLINGS:
+        text = pattern.sub(replacement, text)
+    found, previous = [], ("", "")
+    for ordinal, equals in enumerate(re.finditer("=", text)):
+        left = _side(_ALGEBRA_LEFT.search(text[: equals.start()])[0], left=True)
+        right = _side(_ALGEBRA_RIGHT.match(text, equals.end())[0], left=False)
+        if _NAME.fullmatch(previous[0]) and left == previous[1] and _PLAIN_NUMBER.fullmatch(right):
+            found.append((ordinal, previous[0], right))  # `X = 168/20% = 840` also says `X = 840`
+        elif left and right and (_NAME.search(left) or _NAME.search(right)):
+            found.append((ordinal, left, right))
+        previous = (left, right)
+    return found
+
+
+def _unknown_before(text: str) -> str | None:
+    """The name in text ending `... x = ` (a value in an annotation follows), else None."""
+    for pattern, replacement in _ALGEBRA_SPELLINGS:
+        text = pattern.sub(replacement, text)
+    equals = _EQUALS_AT_END.search(text)
+    left = _side(_ALGEBRA_LEFT.search(text[: equals.start()])[0], left=True) if equals else ""
+    return left if _NAME.fullmatch(left) else None
+
+
+def _side(text: str, left: bool) -> str:
+    """One side of an equation found in prose, cut at sentence ends and stray operators."""
+    text = text.replace("$", "")
+    if left:
+        text = _NUMBER_AFTER_WORD.split(_FULL_STOP.split(text)[-1])[-1]
+        text = text.lstrip(" +*/)")
+        while text.count("(") > text.count(")") and text.startswith("("):
+            text = text[1:].lstrip(" +*/)")
+    else:
+        text = _WORD_AFTER_NUMBER.split(_FULL_STOP.split(text)[0])[0]
+        text = text.rstrip(" +-*/(")
+        while text.count(")") > text.count("(") and text.endswith(")"):
+            text = text[:-1].rstrip(" +-*/(")
+    return _SPACES.sub(" ", text).strip()
+
+
+def steps_to_plan(steps: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], list[tuple[str, str | None, str]]]:
+    """(subgoals, actions, calculations as (expression, claimed result, origin)) for solution lines.
+
+    The origin is "annotation" (`<<48/2=24>>`), "text" (`66 + 5 = $71`) or "algebra": an equation
+    in one unknown that the solution works by hand (`2/3 * x = 12` ... `x = 18`) becomes
+    `SetEquation` + `SolveEquation` (or a `Calculator` when the unknown stands alone on one side
+    once earlier unknowns are substituted), emitted where the text writes the unknown's value and
+    only when the executor gives that value.
+    """
+    subgoals, actions, calculations, _ = _plan(steps)
+    return subgoals, actions, calculations
+
+
+def _plan(steps: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], list[tuple[str, str | None, str]], list[tuple[str, str]]]:
+    """`steps_to_plan` plus the values written for unknowns (`x = 18`) that no stated equation gave."""
+    subgoals: list[str] = []
+    actions: list[str] = []
+    calculations: list[tuple[str, str | None, str]] = []
+    algebra = _Algebra()
+    for step in steps:
+        if not step.strip():
+            continue
+        question, separator, solution = step.partition(SOCRATIC_SEPARATOR)
+        subgoals.append(question.strip() if separator else _ANNOTATION.sub("", step).strip())
+        parts = _ANNOTATION_SPLIT.split(solution if separator else step)
+        for index, part in enumerate(parts):
+            if _ANNOTATION.fullmatch(part):
+                expression, result = parse_annotation(part[2:-2])
+                name = _unknown_before(parts[index - 1]) if index else None
+                if name and result is not None and _PLAIN_NUMBER.fullmatch(expression) and _value(expression) == _value(result):
+                    # `x = <<10=10>>10`: a bare number; the equations stated so far may give it instead
+                    if not algebra.read(name, result, len(calculations), actions, calculations):
+                        _add_calculation(expression, result, "annotation", actions, calculations)
+                        algebra.given(name, len(calculations), result)
+                    continue
+                _add_calculation(expression, result, "annotation", actions, calculations)
+                continue
+            written = {ordinal: (expression, result) for ordinal, expression, result in _written_calculations(part)}
+            relations = {ordinal: (left, right) for ordinal, left, right in _relations(part)}
+            for ordinal in sorted(written.keys() | relations.keys()):
+                if ordinal in written:
+                    _add_calculation(*written[ordinal], "text", actions, calculations)
+                if ordinal in relations:  # after the calculation: `x = 10 - 6 = 4` says x is its result
+                    algebra.read(*relations[ordinal], len(calculations), actions, calculations)
+    return tuple(subgoals), tuple(actions), calculations, algebra.unsolved
+
+
+def _add_calculation(expression: str, result: str | None, origin: str, actions: list[str], calculations: list) -> None:
+    expression = _SPACES.sub(" ", expression)  # no-break spaces occur in the source
+    referenced = reference_results(expression, [r for _, r, _ in calculations])
+    calculations.append((expression, result, origin))
+    actions.append(f"R{len(calculations)} = Calculator({referenced})")
+
+
+class _Algebra:
+    """Equations stated so far in a solution, and the unknowns already solved (name -> R# and value)."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[str, frozenset[str], int]] = []  # equation, unknowns, calculations before it
+        self.solved: dict[str, tuple[int, Fraction]] = {}
+        self.stated: set[str] = set()
+        self.unsolved: list[tuple[str, str]] = []  # (name, written value) that no stated equation gave
+
+    def read(self, left: str, right: str, known: int, actions: list[str], calculations: list) -> bool:
+        """Note an equation, or emit actions for a value the text writes (`x = 18`, `2x = 20` once x is known).
+
+        True when the value written is now the last action's: actions were added, or `x = 18` names
+        the result just computed.
+        """
+        for name, value in ((left, right), (right, left)):
+            if _NAME.fullmatch(name) and _PLAIN_NUMBER.fullmatch(value):
+                return self._solve(name, value, actions, calculations)
+        equation = f"{left} = {right}"
+        unknowns = frozenset(_NAME.findall(equation))
+        if not unknowns:
+            return False
+        added = False
+        if unknowns <= self.solved.keys() and equation not in self.stated:  # `so Carla won 2x = 20 games`
+            for expression, value in ((left, right), (right, left)):
+                if _PLAIN_NUMBER.fullmatch(value):
+                    call = f"Calculator({self._referenced(expression, None, calculations)})"
+                    added = self._emit([(call, expression)], value, actions, calculations)
+                    break
+        self.stated.add(equation)
+        self.pending.append((equation, unknowns, known))  # solved unknowns too: `x` may be used again
+        return added
+
+    def given(self, name: str, index: int, written: str) -> None:
+        """`x = <<10=10>>10` with no equation giving 10: x is R`index` from now on."""
+        self._mark(name, index, Fraction(written))
+
+    def _solve(self, name: str, written: str, actions: list[str], calculations: list) -> bool:
+        value = Fraction(written)
+        if calculations and calculations[-1][1] is not None and _value(calculations[-1][1]) == value:
+            self._mark(name, len(calculations), value)  # `x = 120/4 = 30`: just computed
+            return True
+        if name in self.solved and self.solved[name][1] == value:
+            return False  # stated again
+        for equation, unknowns, known in self.pending:
+            if name in unknowns and unknowns - {name} <= self.solved.keys():
+                calls = self._solving(equation, name, calculations[:known], len(calculations))
+                if self._emit(calls, written, actions, calculations):
+                    self._mark(name, len(calculations), value)
+                    return True
+        self.unsolved.append((name, written))
+        return False
+
+    def _emit(self, new: list[tuple[str, str]], written: str, actions: list[str], calculations: list) -> bool:
+        """Append (tool call, expression recorded) pairs as actions when the executor's last value is `written`."""
+        texts = [f"R{len(calculations) + i} = {call}" for i, (call, _) in enumerate(new, start=1)]
+        steps = execute([*actions, *texts]).steps  # none when the sequence is refused (too many actions)
+        if not steps or steps[-1].error is not None or not _agrees(next(iter(steps[-1].outputs.values())), written):
+            return False
+        for number, (text, (_, expression)) in enumerate(zip(texts, new), start=1):
+            actions.append(text)
+            calculations.append((expression, written if number == len(new) else None, "algebra"))
+        return True
+
+    def _mark(self, name: str, index: int, value: Fraction) -> None:
+        self.solved[name] = (index, value)
+        self.pending = [p for p in self.pending if not p[1] <= self.solved.keys()]
+
+    def _referenced(self, text: str, unknown: str | None, calculations: list) -> str:
+        """`text` with solved unknowns (except `unknown`) and numbers equal to earlier results as `R#`."""
+        solved = {n: r for n, (r, _) in self.solved.items() if n != unknown}
+        text = _NAME.sub(lambda m: f"R{solved[m[0]]}" if m[0] in solved else m[0], text)
+        text = re.sub(r"(?<=[\d)])\s*(?=R\d)", " * ", text)  # `5s` with s solved: `5 * R3`
+        text = re.sub(r"(R\d+)\s*(?=[\d(])", r"\1 * ", text)
+        return reference_results(text, [r for _, r, _ in calculations])
+
+    def _solving(self, equation: str, name: str, calculations: list, before: int) -> list[tuple[str, str]]:
+        """Tool calls that solve `equation` for `name` after `before` actions: a Calculator when `name` stands alone."""
+        text = self._referenced(equation, name, calculations)
+        sides, written = text.split(" = "), equation.split(" = ")
+        for alone, other in ((0, 1), (1, 0)):
+            if sides[alone] == name and name not in _NAME.findall(sides[other]):
+                return [(f"Calculator({sides[other]})", written[other])]
+        return [(f"SetEquation({text})", equation), (f"SolveEquation(R{before + 1})", name)]
+
+
+def _task(row: dict, path: Path, line: int, split: str) -> Task:
+    question = require(row, "question", str, path, line)
+    answer_text = require(row, "answer", str, path, line)
+    try:
+        gold = gsm8k_gold_answer(answer_text)  # the one gold rule the metrics use too
+    except ValueError:
+        raise DataError(path, line, "answer", "no '#### <final answer>' line") from None
+    steps = answer_text.partition("####")[0].splitlines()
+    subgoals, actions, calculations, unsolved = _plan(steps)
+    return Task(
+        id=f"gsm8k-{split}-{line}",
+        family="maths",
+        dataset="gsm8k",
+        question=question.strip(),
+        subgoals=subgoals,
+        actions=actions,
+        answer=gold,
+        meta={"source": path.name, "calculations": calculations, "unsolved": unsolved},
+    )
+
+
+def _value(number: str | None) -> Fraction | None:
+    """Exact value of a number as written (`.5`, `3/4`, `1,000`); None when it is not one."""
+    if number is None:
+        return None
+    try:
+        return Fraction(number.replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _checks_out(expression: str, written: str) -> bool:
+    """True when `expression` is a real operation whose value is `written`, allowing for its decimal rounding."""
+    try:
+        tree = parse(expression)
+        value = evaluate(tree)
+    except (ValueError, ZeroDivisionError):
+        return False
+    return isinstance(tree, Operation) and _agrees(value, written)
+
+
+def _agrees(value: Fraction | str, written: str) -> bool:
+    """`value` (a tool's output text or an exact value) is the number `written`, up to its decimal rounding."""
+    value = _value(value) if isinstance(value, str) else value
+    if value is None:
+        return False
+    decimals = len(written.partition(".")[2])
+    tolerance = Fraction(1, 2 * 10**decimals) if decimals else 0  # `10/3 = 3.33` is fine, `7/2 = 3` is not
+    return abs(value - Fraction(written)) <= tolerance

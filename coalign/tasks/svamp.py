@@ -1,0 +1,71 @@
+"""SVAMP (arkilpatel/SVAMP) as Lumos tasks: the gold equation becomes one Calculator action per operation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coalign.errors import DataError
+from coalign.metrics import svamp_gold_answer
+from coalign.tasks import Task
+from coalign.tasks.arithmetic import Expression, parse
+from coalign.tasks.jsonl import read_json, require
+
+_VERBS = {"+": "Add {b} to {a}", "-": "Subtract {b} from {a}", "*": "Multiply {a} by {b}", "/": "Divide {a} by {b}"}
+
+
+def load_svamp(path: str | Path) -> list[Task]:
+    """Tasks from `SVAMP.json` (a JSON list of ID, Body, Question, Equation, Answer, Type records).
+
+    SVAMP has no sub-questions, so the subgoals are synthetic: one per Calculator action, worded
+    from its operation ("Calculate 8 * 5", "Add 2 to R1"). Errors give the 1-based record index as the line.
+    """
+    path = Path(path)
+    records = read_json(path)
+    if not isinstance(records, list):
+        raise DataError(path, None, None, "expected a JSON list of SVAMP records")
+    return [_task(record, path, index) for index, record in enumerate(records, start=1)]
+
+
+def equation_to_plan(tree: Expression) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(subgoals, actions): one Calculator action per operation, innermost first, later ones citing `R#`."""
+    subgoals: list[str] = []
+    actions: list[str] = []
+
+    def emit(node: Expression) -> str:
+        if isinstance(node, str):
+            return node
+        a, b = emit(node.left), emit(node.right)
+        literal = not (a.startswith("R") or b.startswith("R"))
+        subgoals.append(f"Calculate {a} {node.op} {b}" if literal else _VERBS[node.op].format(a=a, b=b))
+        actions.append(f"R{len(actions) + 1} = Calculator({a} {node.op} {b})")
+        return f"R{len(actions)}"
+
+    if isinstance(tree, str):  # a bare number is its own answer; still one action so it is executed
+        return (f"Take the given number {tree}",), (f"R1 = Calculator({tree})",)
+    emit(tree)
+    return tuple(subgoals), tuple(actions)
+
+
+def _task(record: object, path: Path, index: int) -> Task:
+    if not isinstance(record, dict):
+        raise DataError(path, index, None, f"expected a JSON object, got {type(record).__name__}")
+    record_id = require(record, "ID", str, path, index)
+    body = require(record, "Body", str, path, index)
+    question = require(record, "Question", str, path, index)
+    equation = require(record, "Equation", str, path, index)
+    answer = require(record, "Answer", (int, float), path, index)
+    kind = require(record, "Type", str, path, index)
+    try:
+        subgoals, actions = equation_to_plan(parse(equation))
+    except ValueError as exc:
+        raise DataError(path, index, "Equation", f"cannot parse {equation!r}: {exc}") from None
+    return Task(
+        id=f"svamp-{record_id}",
+        family="maths",
+        dataset="svamp",
+        question=f"{body.strip()} {question.strip()}",
+        subgoals=subgoals,
+        actions=actions,
+        answer=svamp_gold_answer(answer),  # Agent Lumos's rule, shared with the metrics
+        meta={"source": path.name, "equation": equation, "type": kind},
+    )
