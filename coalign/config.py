@@ -35,7 +35,7 @@ class SFTSettings(Settings):
 class TinySpec(Settings):
     """Size of a from-scratch Llama-style model (used when a model is given as `tiny`)."""
 
-    vocab_size: int = Field(1024, ge=300)
+    vocab_size: int = Field(2048, ge=300)
     hidden_size: int = Field(128, ge=8)
     num_layers: int = Field(4, ge=1)
     num_heads: int = Field(4, ge=1)

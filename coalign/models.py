@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from coalign.config import TinySpec
@@ -20,14 +20,22 @@ SPECIAL_TOKENS = ["<unk>", "<s>", EOS, "<pad>", USER_TAG.strip(), ASSISTANT_TAG.
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Byte-level BPE trained on the given texts, digits split one by one.
+    """Byte-level BPE trained on the given texts, merging across spaces, numbers kept apart.
 
-    Byte level means any input (unicode, NUL bytes) encodes; single digits let a tiny model
-    copy and compose numbers it never saw whole.
+    Byte level means any input (unicode, NUL bytes) encodes. Merges may cross spaces, so
+    text repeated across the corpus (the tool preamble, "to find how many") becomes a few
+    tokens: sequences are about 4x shorter than with word-level pre-tokenization, which makes
+    training on a CPU fast and attention easy to learn. Each run of digits and each newline
+    is its own pre-token, so a number is the same token wherever it stands (` 27`, `(27`) and
+    copying an operand into an action is a one-token lookup; a prompt ending in a newline
+    never merges with the completion after it.
     """
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        [
+            pre_tokenizers.Split(Regex(r"\d+|\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
