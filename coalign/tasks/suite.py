@@ -1,0 +1,779 @@
+"""The bundled maths suite: generated word problems whose gold subgoals matter.
+
+No model or dataset can be downloaded in the default run, so tiny models are trained from
+scratch on this suite. MOAT's premise needs a grounder that depends on the plan: a probe on an
+easy template suite found a tiny grounder solved tasks from the task text alone, leaving
+nothing for planner alignment to learn. Here the decomposition is the hard part: events are
+narrated out of order, quantities are referred back to, distractor numbers are mixed in,
+multiplication or division is mixed with addition or subtraction, and several people or items
+compete. Explicit subgoals name the operation and its operands, so a grounder given a good plan
+only copies; a grounder given vague subgoals must untangle the story itself.
+
+"heldout" is SVAMP-like: story frames and structures never seen in "train" or "heldin",
+built from the same operations and much of the same vocabulary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable
+
+from coalign.tasks import Task
+
+SPLITS = ("train", "heldin", "heldout")
+STYLES = ("explicit", "descriptive", "vague")
+STYLE_WEIGHTS: dict[str, float] = {"explicit": 0.55, "descriptive": 0.25, "vague": 0.20}
+VAGUE_SUBGOALS = ("Work out the next step", "Find the total", "Calculate the answer", "Compute the result")
+BLANK_SUBGOAL = VAGUE_SUBGOALS[0]
+
+OUT_OF_ORDER_RATE = 0.5  # share of stories whose narration order differs from the computation order
+DISTRACTOR_COUNTS: dict[int, float] = {0: 0.45, 1: 0.40, 2: 0.15}  # irrelevant facts per task
+HELDIN_SHARE = 5  # one question in HELDIN_SHARE (by text digest) belongs to "heldin", the rest to "train"
+MAX_ANSWER = 10_000
+
+NAMES = (
+    "Mia", "Leo", "Ana", "Ben", "Eva", "Sam", "Zoe", "Max", "Ivy", "Tom",
+    "Lily", "Noah", "Ruby", "Jack", "Emma", "Omar", "Nina", "Alex", "Rosa", "Finn",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """Items that share verbs: `get` is (base, past, gerund); `lose` holds (past clause, gerund clause)."""
+
+    items: tuple[str, ...]
+    get: tuple[str, str, str]
+    lose: tuple[tuple[str, str], ...]
+
+
+_GIVE = ("gave {n} {item} to {q}", "giving some to {q}")
+_KINDS: dict[str, _Kind] = {
+    "fruit": _Kind(
+        ("apples", "pears", "plums", "lemons", "oranges"),
+        ("pick", "picked", "picking"),
+        (_GIVE, ("sold {n} {item}", "selling some"), ("ate {n} {item}", "eating some")),
+    ),
+    "collect": _Kind(
+        ("stickers", "cards", "stamps", "marbles", "shells", "beads"),
+        ("find", "found", "finding"),
+        (_GIVE, ("lost {n} {item}", "losing some")),
+    ),
+    "baked": _Kind(
+        ("cookies", "muffins", "cupcakes", "rolls"),
+        ("bake", "baked", "baking"),
+        (_GIVE, ("sold {n} {item}", "selling some"), ("ate {n} {item}", "eating some")),
+    ),
+    "school": _Kind(
+        ("pencils", "crayons", "books"),
+        ("buy", "bought", "buying"),
+        (_GIVE, ("lost {n} {item}", "losing some")),
+    ),
+}
+_THINGS = ("kite", "ball", "hat", "cup", "bag", "game")  # priced objects in distractors and savings stories
+
+# --------------------------------------------------------------------------- steps and subgoals
+
+Operand = int | str  # a number written in the question, or an earlier result "R1"
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One Calculator call; `what` says in words (no numbers) which quantity it computes."""
+
+    op: str
+    left: Operand
+    right: Operand
+    what: str
+
+    def action(self, index: int) -> str:
+        return f"R{index} = Calculator({self.left} {self.op} {self.right})"
+
+
+class _Steps:
+    """Collects the gold steps of one story; each call returns the `R#` name of its result."""
+
+    def __init__(self) -> None:
+        self.items: list[_Step] = []
+
+    def __call__(self, op: str, left: Operand, right: Operand, what: str) -> str:
+        self.items.append(_Step(op, left, right, what))
+        return f"R{len(self.items)}"
+
+
+_OP_PHRASES: dict[str, tuple[tuple[str, str], ...]] = {
+    "+": (("Add {r} to {l}", "adding {r} to {l}"), ("Add {l} and {r}", "adding {l} and {r}")),
+    "-": (
+        ("Subtract {r} from {l}", "subtracting {r} from {l}"),
+        ("Take {r} away from {l}", "taking {r} away from {l}"),
+    ),
+    "*": (("Multiply {l} by {r}", "multiplying {l} by {r}"),),
+    "/": (("Divide {l} by {r}", "dividing {l} by {r}"),),
+}
+_EXPLICIT_FORMS = ("{op} to find {what}", "{op} to get {what}", "Find {what} by {op_ing}")
+_DESCRIPTIVE_FORMS = ("Calculate {what}", "Find {what}", "Work out {what}")
+
+
+def _subgoal(step: _Step, style: str, rng: random.Random) -> str:
+    """One annotator-like subgoal: explicit names operation and operands, descriptive only the quantity."""
+    if style == "vague":
+        return rng.choice(VAGUE_SUBGOALS)
+    if style == "descriptive":
+        return rng.choice(_DESCRIPTIVE_FORMS).format(what=step.what)
+    op, op_ing = rng.choice(_OP_PHRASES[step.op])
+    form = rng.choice(_EXPLICIT_FORMS)
+    return form.format(
+        op=op.format(l=step.left, r=step.right), op_ing=op_ing.format(l=step.left, r=step.right), what=step.what
+    )
+
+
+_APPLY: dict[str, Callable[[Fraction, Fraction], Fraction]] = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+}
+
+
+def _evaluate(steps: list[_Step]) -> list[int] | None:
+    """Each step's value, or None when one is not a positive integer below MAX_ANSWER."""
+    values: list[int] = []
+    for step in steps:
+        left, right = (values[int(o[1:]) - 1] if isinstance(o, str) else o for o in (step.left, step.right))
+        if step.op == "/" and right == 0:
+            return None
+        value = _APPLY[step.op](Fraction(left), Fraction(right))
+        if value.denominator != 1 or not 0 < value < MAX_ANSWER:
+            return None
+        values.append(int(value))
+    return values
+
+
+# --------------------------------------------------------------------------- narration
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    """A story sentence; `anchored` ones lean on the sentence before ("Before that, ...")."""
+
+    text: str
+    anchored: bool = False
+
+
+@dataclass(frozen=True)
+class _Clock:
+    """Consecutive time slots: `when` ("on Tuesday"), openers for one slot back and for a jump back."""
+
+    when: tuple[str, ...]
+    adjacent: tuple[str, ...]
+    far: str
+
+
+_DAYS = tuple(f"on {d}" for d in ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday"))
+_PARTS = ("in the morning", "at noon", "in the afternoon", "in the evening")
+_MONTHS = tuple(f"in {m}" for m in ("March", "April", "May", "June"))
+_BACK = {
+    _DAYS: (("Before that,", "The day before,"), "Earlier, {when},"),
+    _PARTS: (("Before that,", "Earlier that day,"), "Earlier that day, {when},"),
+    _MONTHS: (("Before that,", "The month before,"), "Earlier, {when},"),
+}
+
+
+def _clock(rng: random.Random, slots: tuple[str, ...], k: int) -> _Clock:
+    start = rng.randrange(len(slots) - k + 1)
+    return _Clock(slots[start : start + k], *_BACK[slots])
+
+
+def _cap(text: str) -> str:
+    return text[0].upper() + text[1:]
+
+
+def _reorder(rng: random.Random, k: int) -> list[int]:
+    """A narration order other than chronological: reversed, last first, first last, or one swap."""
+    swap = rng.randrange(k - 1)
+    chrono = list(range(k))
+    options = [
+        chrono[::-1],
+        [k - 1, *chrono[:-1]],
+        [*chrono[1:], 0],
+        chrono[:swap] + [swap + 1, swap] + chrono[swap + 2 :],
+    ]
+    return rng.choice([o for o in options if o != chrono])
+
+
+def _narrate(rng: random.Random, clock: _Clock, clauses: list[str], shuffle: bool) -> list[_Sentence]:
+    """Timed clauses (chronological) as sentences; a shuffled story says when it steps back."""
+    order = _reorder(rng, len(clauses)) if shuffle and len(clauses) > 1 else list(range(len(clauses)))
+    out, prev = [], None
+    for idx in order:
+        when = clock.when[idx]
+        if prev is not None and idx == prev - 1:
+            out.append(_Sentence(f"{rng.choice(clock.adjacent)} {clauses[idx]}.", anchored=True))
+        elif prev is not None and idx < prev:
+            out.append(_Sentence(f"{clock.far.format(when=when)} {clauses[idx]}."))
+        else:
+            out.append(_Sentence(f"{_cap(when)}, {clauses[idx]}."))
+        prev = idx
+    return out
+
+
+def _place(sentences: list[_Sentence], extra: str, early: bool) -> list[_Sentence]:
+    """`extra` at the end, or (early) before the facts it refers back to."""
+    return [_Sentence(extra), *sentences] if early else [*sentences, _Sentence(extra)]
+
+
+def _static(rng: random.Random, facts: list[str], shuffle: bool) -> list[_Sentence]:
+    """Untimed facts in dependency order, or (shuffle) in another order so references point forward."""
+    order = _reorder(rng, len(facts)) if shuffle else list(range(len(facts)))
+    return [_Sentence(facts[i]) for i in order]
+
+
+# --------------------------------------------------------------------------- drafts
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """A story before distractors and subgoals; `item` may be reused by a distractor (None: ambiguous)."""
+
+    story: list[_Sentence]
+    question: str
+    steps: list[_Step]
+    out_of_order: bool
+    people: tuple[str, ...]
+    item: str | None
+
+
+def _num(rng: random.Random, lo: int = 2, hi: int = 60) -> int:
+    return rng.randint(lo, hi)
+
+
+def _people(rng: random.Random, k: int) -> list[str]:
+    return rng.sample(NAMES, k)
+
+
+def _kind(rng: random.Random, *names: str) -> tuple[_Kind, str]:
+    kind = _KINDS[rng.choice(names or tuple(_KINDS))]
+    return kind, rng.choice(kind.items)
+
+
+def _shuffled(rng: random.Random) -> bool:
+    return rng.random() < OUT_OF_ORDER_RATE
+
+
+# ---- held-in templates
+
+
+def _day_chain(rng: random.Random) -> _Draft:
+    """One person's items over consecutive days: gains, losses, bags bought, a final equal split."""
+    p, q = _people(rng, 2)
+    kind, item = _kind(rng)
+    _, got, getting = kind.get
+    plan = rng.choice(_DAY_PLANS)
+    clock = _clock(rng, _DAYS, len(plan) + 1)
+    steps = _Steps()
+    x: Operand = _num(rng)
+    clauses = [f"{p} {got} {x} {item}"]
+    question = f"How many {item} did {p} have in the end?"
+    for event, when in zip(plan, clock.when[1:]):
+        if event == "add":
+            b = _num(rng, 2, 40)
+            clauses.append(f"{p} {got} {b} more {item}")
+            x = steps("+", x, b, f"how many {item} {p} had after {getting} more {when}")
+        elif event == "sub":
+            (clause, gerund), b = rng.choice(kind.lose), _num(rng, 2, 30)
+            clauses.append(f"{p} {clause.format(n=b, item=item, q=q)}")
+            x = steps("-", x, b, f"how many {item} {p} had after {gerund.format(q=q)}")
+        elif event == "bags":
+            c, m = _num(rng, 2, 6), _num(rng, 3, 12)
+            clauses.append(f"{p} bought {c} bags of {item} with {m} {item} in each bag")
+            r = steps("*", c, m, f"how many {item} were in the bags {p} bought")
+            x = steps("+", x, r, f"how many {item} {p} had after buying the bags")
+        else:
+            d = _num(rng, 2, 6)
+            clauses.append(f"{p} put all the {item} equally into {d} boxes")
+            x = steps("/", x, d, f"how many {item} went into each box")
+            question = f"How many {item} were in each box?"
+    shuffle = _shuffled(rng)
+    return _Draft(_narrate(rng, clock, clauses, shuffle), question, steps.items, shuffle, (p, q), item)
+
+
+_DAY_PLANS = (
+    ("sub", "add"), ("add", "sub"), ("sub", "div"), ("add", "div"), ("bags",),
+    ("sub", "add", "div"), ("add", "sub", "div"), ("bags", "div"), ("sub", "bags"), ("bags", "sub"),
+    ("sub", "bags", "div"), ("bags", "sub", "div"), ("add", "sub", "add", "div"), ("sub", "add", "sub", "div"),
+)  # fmt: skip
+
+
+def _times_as_many(rng: random.Random) -> _Draft:
+    """A second person gets k times what the first got on one day, or on both days together."""
+    p, q = _people(rng, 2)
+    kind, item = _kind(rng, "fruit", "collect", "baked")
+    get, got, _ = kind.get
+    clock = _clock(rng, _DAYS, 2)
+    a, b, k = _num(rng), _num(rng), _num(rng, 2, 5)
+    ref = rng.choice((0, 1, None))
+    steps = _Steps()
+    both = f"how many {item} {p} {got} on the two days"
+    if ref is None:
+        base = steps("+", a, b, both)
+        ref_text = "on the two days together"
+        asks = ("q", "all", "more", "share")
+    else:
+        base = None
+        ref_text = clock.when[ref]
+        asks = ("all", "more", "share")
+    qx = steps("*", base or (a, b)[ref], k, f"how many {item} {q} {got}")
+    ask = rng.choice(asks)
+    if ask == "q":
+        question = f"How many {item} did {q} {get}?"
+    elif ask == "share":
+        d = _num(rng, 2, 6)
+        question = f"If {q} shares the {item} {q} {got} equally among {d} friends, how many does each friend get?"
+        steps("/", qx, d, f"how many {item} each friend gets")
+    else:
+        total = base or steps("+", a, b, both)
+        if ask == "all":
+            question = f"How many {item} did {p} and {q} {get} in all?"
+            steps("+", total, qx, f"how many {item} {p} and {q} {got} in all")
+        else:
+            question = f"How many more {item} did {q} {get} than {p} did on the two days?"
+            steps("-", qx, total, f"how many more {item} {q} {got} than {p}")
+    shuffle, early = _shuffled(rng), rng.random() < 0.5
+    story = _narrate(rng, clock, [f"{p} {got} {a} {item}", f"{p} {got} {b} {item}"], shuffle)
+    rel = f"{q} {got} {k} times as many {item} as {p} did {ref_text}."
+    return _Draft(_place(story, rel, early), question, steps.items, shuffle or early, (p, q), None)
+
+
+def _relation_chain(rng: random.Random) -> _Draft:
+    """Three people compared in a chain (more/fewer, then k times), told in any order."""
+    p, q, r = _people(rng, 3)
+    _, item = _kind(rng)
+    a, b, k = _num(rng), _num(rng, 2, 30), _num(rng, 2, 5)
+    more = rng.random() < 0.5
+    steps = _Steps()
+    rq = steps("+" if more else "-", a, b, f"how many {item} {q} has")
+    rr = steps("*", rq, k, f"how many {item} {r} has")
+    ask = rng.choice(("r", "more", "all"))
+    if ask == "r":
+        question = f"How many {item} does {r} have?"
+    elif ask == "more":
+        question = f"How many more {item} does {r} have than {p}?"
+        steps("-", rr, a, f"how many more {item} {r} has than {p}")
+    else:
+        question = f"How many {item} do {p}, {q} and {r} have in all?"
+        pq = steps("+", a, rq, f"how many {item} {p} and {q} have together")
+        steps("+", pq, rr, f"how many {item} the three children have in all")
+    facts = [
+        f"{p} has {a} {item}.",
+        f"{q} has {b} {'more' if more else 'fewer'} {item} than {p}.",
+        f"{r} has {k} times as many {item} as {q}.",
+    ]
+    shuffle = _shuffled(rng)
+    return _Draft(_static(rng, facts, shuffle), question, steps.items, shuffle, (p, q, r), None)
+
+
+def _packs_share(rng: random.Random) -> _Draft:
+    """Packs bought, some given away (maybe more found), the rest shared equally among friends."""
+    p, q = _people(rng, 2)
+    kind, item = _kind(rng, "fruit", "collect", "school")
+    n, m, k, each = _num(rng, 2, 6), _num(rng, 3, 12), _num(rng, 2, 6), _num(rng, 2, 12)
+    found = _num(rng, 2, 20) if rng.random() < 0.5 else 0
+    g = n * m + found - k * each
+    steps = _Steps()
+    x = steps("*", n, m, f"how many {item} {p} bought")
+    x = steps("-", x, g, f"how many {item} {p} had after giving some to {q}")
+    clauses = [f"{p} bought {n} packs of {item} with {m} {item} in each pack", f"{p} gave {g} {item} to {q}"]
+    if found:
+        x = steps("+", x, found, f"how many {item} {p} had after finding more")
+        clauses.append(f"{p} found {found} more {item}")
+    steps("/", x, k, f"how many {item} each friend got")
+    clauses.append(f"{p} shared all the {item} left equally among {k} friends")
+    clock = _clock(rng, _PARTS, len(clauses))
+    question = f"How many {item} did each friend get?"
+    shuffle = _shuffled(rng)
+    return _Draft(_narrate(rng, clock, clauses, shuffle), question, steps.items, shuffle, (p, q), item)
+
+
+def _bake_boxes(rng: random.Random) -> _Draft:
+    """Trays baked, some sold, the rest boxed, some boxes given away: division in mid-chain."""
+    p, q = _people(rng, 2)
+    item = rng.choice(_KINDS["baked"].items)
+    t, c, b = _num(rng, 2, 6), _num(rng, 4, 12), _num(rng, 2, 6)
+    sold = _num(rng, 2, 30) if rng.random() < 0.6 else 0
+    gift = _num(rng, 2, 9) if rng.random() < 0.6 or not sold else 0
+    steps = _Steps()
+    clauses = [f"{p} baked {t} trays of {item} with {c} {item} on each tray"]
+    x = steps("*", t, c, f"how many {item} {p} baked")
+    if sold:
+        clauses.append(f"{p} sold {sold} {item}")
+        x = steps("-", x, sold, f"how many {item} were left after the sale")
+    clauses.append(f"{p} put all the {item} left into boxes of {b}")
+    x = steps("/", x, b, f"how many boxes {p} filled")
+    question = f"How many boxes did {p} fill?"
+    if gift:
+        clauses.append(f"{p} gave {gift} boxes to {q}")
+        steps("-", x, gift, f"how many boxes {p} kept")
+        question = f"How many boxes did {p} keep?"
+    clock = _clock(rng, _PARTS, len(clauses))
+    shuffle = _shuffled(rng)
+    return _Draft(_narrate(rng, clock, clauses, shuffle), question, steps.items, shuffle, (p, q), item)
+
+
+def _class_teams(rng: random.Random) -> _Draft:
+    """Students at tables, some joined or away, teams formed (and balls handed out per team)."""
+    (teacher,) = _people(rng, 1)
+    g, s, t = _num(rng, 2, 8), _num(rng, 3, 9), _num(rng, 2, 6)
+    change = _num(rng, 2, 12)
+    joined = rng.random() < 0.5
+    steps = _Steps()
+    x = steps("*", g, s, "how many students sit at the tables")
+    x = steps("+" if joined else "-", x, change, "how many students were in class that day")
+    x = steps("/", x, t, "how many teams there were")
+    facts = [
+        f"{teacher} teaches a class with {g} tables and {s} students at each table.",
+        f"{change} more students joined the class." if joined else f"{change} students were away that day.",
+        f"The students were put into teams of {t}.",
+    ]
+    question = "How many teams were there?"
+    if rng.random() < 0.5:
+        k = _num(rng, 2, 6)
+        facts.append(f"Each team got {k} balls.")
+        steps("*", x, k, "how many balls the teams got")
+        question = "How many balls did the teams get in all?"
+    shuffle = _shuffled(rng)
+    return _Draft(_static(rng, facts, shuffle), question, steps.items, shuffle, (teacher,), None)
+
+
+def _give_compare(rng: random.Random) -> _Draft:
+    """Two people, one gives to the other: compare them after, or pack the receiver's items."""
+    p, q = _people(rng, 2)
+    kind, item = _kind(rng)
+    a, b, c = _num(rng), _num(rng), _num(rng, 2, 20)
+    clauses = [f"{p} had {a} {item} and {q} had {b} {item}", f"{p} gave {c} {item} to {q}"]
+    steps = _Steps()
+    compare = rng.random() < 0.6
+    rp = steps("-", a, c, f"how many {item} {p} had left") if compare else None
+    rq = steps("+", b, c, f"how many {item} {q} had after getting some from {p}")
+    if rng.random() < 0.5:
+        (clause, gerund), e = rng.choice(kind.lose[1:]), _num(rng, 2, 15)  # not "gave": p's count stays put
+        clauses.append(f"{q} {clause.format(n=e, item=item)}")
+        rq = steps("-", rq, e, f"how many {item} {q} had after {gerund}")
+    if compare:
+        steps("-", rq, rp, f"how many more {item} {q} had than {p}")
+        question = f"How many more {item} did {q} have than {p} in the end?"
+    else:
+        d = _num(rng, 2, 6)
+        steps("/", rq, d, f"how many bags {q} can fill")
+        question = f"How many bags of {d} {item} can {q} fill in the end?"
+    clock = _clock(rng, _PARTS, len(clauses))
+    shuffle = _shuffled(rng)
+    return _Draft(_narrate(rng, clock, clauses, shuffle), question, steps.items, shuffle, (p, q), None)
+
+
+def _weekly_savings(rng: random.Random) -> _Draft:
+    """Weekly savings, a purchase, then a second saver measured against what is left."""
+    p, q = _people(rng, 2)
+    a, w, b, k = _num(rng, 2, 20), _num(rng, 2, 8), _num(rng, 2, 40), _num(rng, 2, 5)
+    thing = rng.choice(_THINGS)
+    clock = _clock(rng, _MONTHS, 2)
+    steps = _Steps()
+    x = steps("*", a, w, f"how many dollars {p} saved")
+    left = steps("-", x, b, f"how many dollars {p} had left after buying the {thing}")
+    ask = rng.choice(("left", "q", "all"))
+    question = f"How many dollars did {p} have left?"
+    if ask != "left":
+        rq = steps("*", left, k, f"how many dollars {q} saved")
+        question = f"How many dollars did {q} save?"
+        if ask == "all":
+            steps("+", left, rq, f"how many dollars {p} and {q} have together")
+            question = f"How many dollars do {p} and {q} have in all now?"
+    clauses = [f"{p} saved {a} dollars each week for {w} weeks", f"{p} spent {b} dollars on a {thing}"]
+    shuffle, early = _shuffled(rng), ask != "left" and rng.random() < 0.5
+    story = _narrate(rng, clock, clauses, shuffle)
+    if ask != "left":
+        story = _place(story, f"{q} saved {k} times as much money as {p} had left.", early)
+    return _Draft(story, question, steps.items, shuffle or early, (p, q), None)
+
+
+# ---- held-out templates (SVAMP-like: new frames and structures from the same operations)
+
+
+def _reverse_start(rng: random.Random) -> _Draft:
+    """The end state is given and the start asked: every event is undone, last first."""
+    p, q = _people(rng, 2)
+    kind, item = _kind(rng)
+    _, got, getting = kind.get
+    events = rng.choice((("sub", "add"), ("add", "sub"), ("bags", "sub"), ("sub", "add", "sub"), ("add", "bags")))
+    clock = _clock(rng, _DAYS, len(events) + 1)
+    clauses, undo = [f"{p} had some {item}"], []
+    for event, when in zip(events, clock.when[1:]):
+        if event == "add":
+            b = _num(rng, 2, 30)
+            clauses.append(f"{p} {got} {b} more {item}")
+            undo.append(("-", b, f"how many {item} {p} had before {getting} more {when}"))
+        elif event == "sub":
+            (clause, gerund), c = rng.choice(kind.lose), _num(rng, 2, 30)
+            clauses.append(f"{p} {clause.format(n=c, item=item, q=q)}")
+            undo.append(("+", c, f"how many {item} {p} had before {gerund.format(q=q)}"))
+        else:
+            n, m = _num(rng, 2, 6), _num(rng, 3, 12)
+            clauses.append(f"{p} bought {n} bags of {item} with {m} {item} in each bag")
+            undo.append(("bags", (n, m), f"how many {item} {p} had before buying the bags"))
+    end = _num(rng, 5, 60)
+    steps = _Steps()
+    x: Operand = end
+    for op, amount, what in reversed(undo):
+        if op == "bags":
+            amount = steps("*", amount[0], amount[1], f"how many {item} were in the bags")
+            op = "-"
+        x = steps(op, x, amount, what)
+    shuffle = _shuffled(rng)
+    story = [*_narrate(rng, clock, clauses, shuffle), _Sentence(f"In the end, {p} had {end} {item}.")]
+    question = f"How many {item} did {p} have {clock.when[0]}?"
+    return _Draft(story, question, steps.items, True, (p, q), item)
+
+
+_TRIPS = (("read", "pages", "read"), ("walked", "km", "walk"), ("took", "photos", "take"))
+
+
+def _trip_rate(rng: random.Random) -> _Draft:
+    """A total spread evenly over days, a second person's daily rate, back to a trip total."""
+    p, q = _people(rng, 2)
+    did, unit, do = rng.choice(_TRIPS)
+    days, per, b = _num(rng, 2, 7), _num(rng, 4, 20), _num(rng, 2, 12)
+    more = rng.random() < 0.6
+    x = days * per
+    steps = _Steps()
+    rp = steps("/", x, days, f"how many {unit} {p} {did} each day")
+    rq = steps("+" if more else "-", rp, b, f"how many {unit} {q} {did} each day")
+    rt = steps("*", rq, days, f"how many {unit} {q} {did} on the trip")
+    question = f"How many {unit} did {q} {do} on the whole trip?"
+    if rng.random() < 0.4:
+        steps("+", rt, x, f"how many {unit} {p} and {q} {did} in all")
+        question = f"How many {unit} did {p} and {q} {do} in all on the trip?"
+    facts = [
+        f"On a {days} day trip, {p} {did} {x} {unit}, the same number each day.",
+        f"Each day, {q} {did} {b} {'more' if more else 'fewer'} {unit} than {p}.",
+    ]
+    shuffle = _shuffled(rng)
+    return _Draft(_static(rng, facts, shuffle), question, steps.items, shuffle, (p, q), None)
+
+
+_ROWS = (
+    ("A library put {x} books on {n} shelves, the same number on each shelf.",
+     "Later, {k} books were taken off each shelf.", "How many books are on the shelves now?",
+     "books are on each shelf", "books are left on each shelf", "books are left on the shelves",
+     "Then {m} new books were put on the shelves.", "+", "books are on the shelves now",
+     "How many books are on the shelves now?"),
+    ("A gardener planted {x} seeds in {n} rows, the same number in each row.",
+     "In each row, {k} seeds did not grow.", "How many seeds grew?",
+     "seeds are in each row", "seeds grew in each row", "seeds grew",
+     "Birds ate {m} of the young plants.", "-", "plants are left after the birds",
+     "How many plants are left?"),
+)  # fmt: skip
+
+
+def _shelves_left(rng: random.Random) -> _Draft:
+    """Equal rows, a change to every row, then back to a total: divide, adjust, multiply."""
+    setup, change, ask, w1, w2, w3, extra, extra_op, w4, ask4 = rng.choice(_ROWS)
+    n, per, k = _num(rng, 2, 8), _num(rng, 5, 20), _num(rng, 2, 6)
+    x = n * per
+    steps = _Steps()
+    r = steps("/", x, n, f"how many {w1}")
+    r = steps("-", r, k, f"how many {w2}")
+    r = steps("*", r, n, f"how many {w3}")
+    facts = [setup.format(x=x, n=n), change.format(k=k)]
+    if rng.random() < 0.5:
+        m = _num(rng, 2, 15)
+        facts.append(extra.format(m=m))
+        steps(extra_op, r, m, f"how many {w4}")
+        ask = ask4
+    return _Draft([_Sentence(f) for f in facts], ask, steps.items, False, (), None)
+
+
+_ANIMALS = ("cows", "goats", "hens", "sheep", "ducks", "pigs")
+
+
+def _farm_chain(rng: random.Random) -> _Draft:
+    """Animal counts on a farm chained by 'fewer than' and 'times as many', asked as a sum."""
+    a1, a2, a3 = rng.sample(_ANIMALS, 3)
+    a, b, k = _num(rng, 10, 60), _num(rng, 2, 30), _num(rng, 2, 5)
+    steps = _Steps()
+    r2 = steps("-", a, b, f"how many {a2} the farm has")
+    r3 = steps("*", r2, k, f"how many {a3} the farm has")
+    ask = rng.choice(("pair", "more", "all"))
+    if ask == "pair":
+        steps("+", r2, r3, f"how many {a2} and {a3} the farm has together")
+        question = f"How many {a2} and {a3} does the farm have in all?"
+    elif ask == "more":
+        steps("-", r3, a, f"how many more {a3} than {a1} the farm has")
+        question = f"How many more {a3} than {a1} does the farm have?"
+    else:
+        both = steps("+", a, r2, f"how many {a1} and {a2} the farm has")
+        steps("+", both, r3, "how many animals the farm has")
+        question = "How many animals does the farm have in all?"
+    facts = [
+        f"A farm has {a} {a1}.",
+        f"The farm has {b} fewer {a2} than {a1}.",
+        f"The farm has {k} times as many {a3} as {a2}.",
+    ]
+    shuffle = _shuffled(rng)
+    return _Draft(_static(rng, facts, shuffle), question, steps.items, shuffle, (), None)
+
+
+_PRICED = ("pens", "kites", "cups", "hats", "balls", "games")
+
+
+def _change_money(rng: random.Random) -> _Draft:
+    """Prices that matter (held-in stories only use prices as distractors): totals and change."""
+    p, q = _people(rng, 2)
+    t1, t2 = rng.sample(_PRICED, 2)
+    n, c = _num(rng, 2, 6), _num(rng, 2, 15)
+    steps = _Steps()
+    shape = rng.choice(("note", "gift", "two"))
+    if shape == "gift":
+        d, e = _num(rng, 20, 60), _num(rng, 2, 30)
+        have = steps("+", d, e, f"how many dollars {p} had")
+        cost = steps("*", n, c, f"how much the {t1} cost")
+        steps("-", have, cost, f"how many dollars {p} had left")
+        facts = [f"{p} had {d} dollars and got {e} more from {q}.", f"{p} bought {n} {t1} for {c} dollars each."]
+        question = f"How many dollars did {p} have left?"
+    else:
+        d = rng.choice((50, 100))
+        cost = steps("*", n, c, f"how much the {t1} cost")
+        bought = f"{n} {t1} at {c} dollars each"
+        if shape == "two":
+            m, e = _num(rng, 2, 6), _num(rng, 2, 15)
+            cost2 = steps("*", m, e, f"how much the {t2} cost")
+            cost = steps("+", cost, cost2, f"how much {p} spent in all")
+            bought += f" and {m} {t2} at {e} dollars each"
+        steps("-", d, cost, f"how much change {p} got")
+        facts = [f"{p} paid with a {d} dollar note for {bought}."]
+        question = f"How many dollars of change did {p} get?"
+    return _Draft([_Sentence(f) for f in facts], question, steps.items, False, (p, q), None)
+
+
+HELDIN_TEMPLATES: dict[str, Callable[[random.Random], _Draft]] = {
+    "day_chain": _day_chain,
+    "times_as_many": _times_as_many,
+    "relation_chain": _relation_chain,
+    "packs_share": _packs_share,
+    "bake_boxes": _bake_boxes,
+    "class_teams": _class_teams,
+    "give_compare": _give_compare,
+    "weekly_savings": _weekly_savings,
+}
+HELDOUT_TEMPLATES: dict[str, Callable[[random.Random], _Draft]] = {
+    "reverse_start": _reverse_start,
+    "trip_rate": _trip_rate,
+    "shelves_left": _shelves_left,
+    "farm_chain": _farm_chain,
+    "change_money": _change_money,
+}
+
+# --------------------------------------------------------------------------- distractors
+
+
+def _distractor(rng: random.Random, draft: _Draft, used: set[int]) -> str:
+    """An irrelevant fact with a fresh number: an age, a price, or someone's count of another item."""
+    in_story = bool(draft.people) and rng.random() < 0.6
+    person = rng.choice(draft.people) if in_story else rng.choice(NAMES)
+    thing = rng.choice([t for t in _THINGS if t not in draft.question])
+    other = rng.choice([i for k in _KINDS.values() for i in k.items if i != draft.item and i not in draft.question])
+    options = [
+        ((5, 15), f"{person} is {{n}} years old."),
+        ((2, 40), f"A {thing} costs {{n}} dollars."),
+        ((2, 60), f"{person} {'also has' if in_story else 'has'} {{n}} {other}."),
+    ]
+    if draft.item is not None:
+        outsider = rng.choice([x for x in NAMES if x not in draft.people])
+        options.append(((2, 60), f"{outsider} has {{n}} {draft.item} at home."))
+    (lo, hi), text = rng.choice(options)
+    n = rng.choice([v for v in range(lo, hi + 1) if v not in used])
+    used.add(n)
+    return text.format(n=n)
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(t) for t in re.findall(r"\b\d+\b", text)]
+
+
+def _with_distractors(rng: random.Random, draft: _Draft, count: int) -> list[_Sentence]:
+    """Insert `count` distractors where no "Before that," sentence would lose its anchor."""
+    story = list(draft.story)
+    used = set(_numbers(" ".join(s.text for s in story) + " " + draft.question))
+    for _ in range(count):
+        slots = [i for i in range(len(story) + 1) if i == len(story) or not story[i].anchored]
+        story.insert(rng.choice(slots), _Sentence(_distractor(rng, draft, used)))
+    return story
+
+
+# --------------------------------------------------------------------------- suite
+
+
+def _weighted(rng: random.Random, weights: dict) -> object:
+    return rng.choices(list(weights), weights=list(weights.values()))[0]
+
+
+def _in_heldin(question: str) -> bool:
+    """Which held-in split a question belongs to, from its text alone: train and heldin never share one."""
+    return int(hashlib.sha256(question.encode()).hexdigest(), 16) % HELDIN_SHARE == 0
+
+
+def _draw(rng: random.Random, templates: dict[str, Callable[[random.Random], _Draft]]) -> tuple[str, _Draft, int]:
+    """A uniformly chosen template's valid draft (redrawn until the numbers in the text are distinct, each
+    at least 2, and every step gives a positive integer), with its distractor count."""
+    name = rng.choice(list(templates))
+    while True:
+        draft = templates[name](rng)
+        numbers = _numbers(" ".join(s.text for s in draft.story) + " " + draft.question)
+        literals = [o for step in draft.steps for o in (step.left, step.right) if isinstance(o, int)]
+        if 2 <= len(draft.steps) <= 4 and min(literals) >= 2 and len(numbers) == len(set(numbers)) and _evaluate(
+            draft.steps
+        ):
+            return name, draft, _weighted(rng, DISTRACTOR_COUNTS)
+
+
+def generate_suite(split: str, n: int, seed: int = 0) -> list[Task]:
+    """`n` tasks of `split`, the same for the same (split, n, seed); a longer list extends a shorter one."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {SPLITS}")
+    rng = random.Random(f"coalign-suite/{split}/{seed}")
+    templates = HELDOUT_TEMPLATES if split == "heldout" else HELDIN_TEMPLATES
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    while len(tasks) < n:
+        name, draft, distractors = _draw(rng, templates)
+        story = _with_distractors(rng, draft, distractors)
+        question = " ".join([*(s.text for s in story), draft.question])
+        if question in seen or (split != "heldout" and _in_heldin(question) != (split == "heldin")):
+            continue
+        seen.add(question)
+        style = _weighted(rng, STYLE_WEIGHTS)
+        tasks.append(
+            Task(
+                id=f"suite-{split}-{len(tasks):05d}",
+                family="maths",
+                dataset="suite-heldout" if split == "heldout" else "suite-heldin",
+                question=question,
+                subgoals=tuple(_subgoal(step, style, rng) for step in draft.steps),
+                actions=tuple(step.action(i) for i, step in enumerate(draft.steps, start=1)),
+                answer=str(_evaluate(draft.steps)[-1]),
+                subgoal_styles=(style,) * len(draft.steps),
+                meta={
+                    "template": name,
+                    "steps": len(draft.steps),
+                    "distractors": distractors,
+                    "out_of_order": draft.out_of_order,
+                },
+            )
+        )
+    return tasks
+
+
+def blank_subgoals(task: Task) -> tuple[str, ...]:
+    """The task's subgoals with all content removed (same count), to measure how much the plan matters."""
+    return (BLANK_SUBGOAL,) * len(task.subgoals)

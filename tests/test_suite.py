@@ -1,0 +1,164 @@
+"""The bundled suite: deterministic, split-clean, well-formed, and hard to solve without a plan."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from functools import cache
+
+import pytest
+
+from coalign.formats import parse_action
+from coalign.metrics import numeric_match
+from coalign.tasks.suite import (
+    BLANK_SUBGOAL,
+    HELDIN_TEMPLATES,
+    HELDOUT_TEMPLATES,
+    SPLITS,
+    STYLE_WEIGHTS,
+    STYLES,
+    VAGUE_SUBGOALS,
+    blank_subgoals,
+    generate_suite,
+)
+from coalign.tools.executor import execute
+
+_OPERATION = re.compile(r"^(?P<left>R\d+|\d+) (?P<op>[-+*/]) (?P<right>R\d+|\d+)$")
+
+
+@cache
+def _suite(split: str, n: int = 500):
+    return generate_suite(split, n)
+
+
+def _operations(task):
+    """(op, left, right) per action; asserts each is one binary Calculator call."""
+    out = []
+    for i, text in enumerate(task.actions, start=1):
+        action = parse_action(text)
+        assert action.outputs == (f"R{i}",) and action.tool == "Calculator", text
+        match = _OPERATION.match(action.argument)
+        assert match, text
+        out.append((match["op"], match["left"], match["right"]))
+    return out
+
+
+def test_same_split_size_and_seed_give_identical_tasks():
+    first, again = generate_suite("train", 200, seed=3), generate_suite("train", 200, seed=3)
+    assert [t.to_json() for t in first] == [t.to_json() for t in again]
+    assert [t.question for t in generate_suite("train", 200, seed=4)] != [t.question for t in first]
+
+
+def test_a_longer_list_extends_a_shorter_one():
+    assert generate_suite("heldout", 300) == generate_suite("heldout", 100) + generate_suite("heldout", 300)[100:]
+
+
+def test_train_and_heldin_share_no_question():
+    train = {t.question for t in generate_suite("train", 3000)}
+    heldin = {t.question for t in _suite("heldin")}
+    assert len(train) == 3000 and len(heldin) == 500
+    assert not train & heldin
+
+
+def test_heldout_uses_only_templates_never_seen_held_in():
+    assert not set(HELDIN_TEMPLATES) & set(HELDOUT_TEMPLATES)
+    held_in = {t.meta["template"] for split in ("train", "heldin") for t in _suite(split)}
+    held_out = {t.meta["template"] for t in _suite("heldout")}
+    assert held_in == set(HELDIN_TEMPLATES) and held_out == set(HELDOUT_TEMPLATES)
+
+
+def test_ids_datasets_and_family_follow_the_split():
+    for split in SPLITS:
+        tasks = _suite(split)
+        assert [t.id for t in tasks] == [f"suite-{split}-{i:05d}" for i in range(len(tasks))]
+        assert {t.dataset for t in tasks} == {"suite-heldout" if split == "heldout" else "suite-heldin"}
+        assert {t.family for t in tasks} == {"maths"}
+
+
+def test_every_task_has_two_to_four_steps_each_with_a_subgoal_in_one_style():
+    for split in SPLITS:
+        for task in _suite(split):
+            assert 2 <= len(task.actions) <= 4 and task.meta["steps"] == len(task.actions)
+            assert len(task.subgoals) == len(task.actions) == len(task.subgoal_styles)
+            assert len(set(task.subgoal_styles)) == 1 and task.subgoal_styles[0] in STYLES
+
+
+def test_style_shares_are_near_the_module_constants():
+    for split in SPLITS:
+        counts = Counter(t.subgoal_styles[0] for t in generate_suite(split, 2000))
+        for style, weight in STYLE_WEIGHTS.items():
+            assert abs(counts[style] / 2000 - weight) < 0.04, (split, style, counts)
+
+
+def test_actions_apply_one_operation_to_question_numbers_or_earlier_results():
+    for split in SPLITS:
+        for task in _suite(split):
+            numbers = set(re.findall(r"\b\d+\b", task.question))
+            for i, (_, left, right) in enumerate(_operations(task), start=1):
+                for operand in (left, right):
+                    if operand.startswith("R"):
+                        assert int(operand[1:]) < i, task.actions
+                    else:
+                        assert operand in numbers, (operand, task.question)
+
+
+def test_executing_the_gold_actions_gives_the_gold_answer_on_every_task():
+    for split in SPLITS:
+        for task in _suite(split):
+            trace = execute(task.actions, domain="maths")
+            assert numeric_match(trace.answer, task.answer), (task.id, task.actions, trace.answer, task.answer)
+
+
+def test_answers_are_positive_integers_below_ten_thousand():
+    for split in SPLITS:
+        for task in _suite(split):
+            assert task.answer.isdigit() and 0 < int(task.answer) < 10_000, task.answer
+
+
+def test_explicit_subgoals_name_every_operand_while_descriptive_ones_name_no_number():
+    seen = Counter()
+    for split in SPLITS:
+        for task in _suite(split):
+            style = task.subgoal_styles[0]
+            seen[style] += 1
+            for subgoal, (_, left, right) in zip(task.subgoals, _operations(task)):
+                words = set(re.findall(r"\w+", subgoal))
+                if style == "explicit":
+                    assert {left, right} <= words, (subgoal, left, right)
+                elif style == "descriptive":
+                    assert not re.search(r"\d", subgoal), subgoal
+                else:
+                    assert subgoal in VAGUE_SUBGOALS
+    assert set(seen) == set(STYLES)
+
+
+def test_blank_subgoals_keep_the_count_and_drop_the_content():
+    task = next(t for t in _suite("train") if t.meta["steps"] == 3)
+    assert blank_subgoals(task) == (BLANK_SUBGOAL,) * 3
+    assert BLANK_SUBGOAL in VAGUE_SUBGOALS
+
+
+def test_the_decomposition_cannot_be_read_off_the_text():
+    """A grounder that copies numbers in text order, or ignores which facts matter, should fail often."""
+    for split in SPLITS:
+        tasks = _suite(split)
+        share = lambda pred: sum(map(pred, tasks)) / len(tasks)  # noqa: E731
+        assert share(lambda t: t.meta["distractors"] > 0) > 0.4
+        assert share(lambda t: t.meta["out_of_order"]) > 0.3
+
+        def copies_in_text_order(task) -> bool:
+            literals = [o for _, left, right in _operations(task) for o in (left, right) if not o.startswith("R")]
+            return literals == re.findall(r"\b\d+\b", task.question)
+
+        assert share(copies_in_text_order) < 0.25
+
+        def mixes_operations(task) -> bool:
+            ops = {op for op, _, _ in _operations(task)}
+            return bool(ops & {"*", "/"}) and bool(ops & {"+", "-"})
+
+        assert share(mixes_operations) > 0.6
+
+
+def test_unknown_split_is_refused():
+    with pytest.raises(ValueError, match="unknown split"):
+        generate_suite("test", 3)
