@@ -87,5 +87,5 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
 
 def split_summary(per_set: dict[str, dict]) -> dict:
     """Plain mean over the evaluation sets of a split, as the paper averages its task metrics."""
-    keys = ["accuracy", "grounder_acc_gold_subgoals", "grounder_acc_blank_subgoals", "capability_gap"]
+    keys = ["accuracy", "lumos_exact", "grounder_acc_gold_subgoals", "grounder_acc_blank_subgoals", "capability_gap", "plan_well_formed"]
     return {k: mean(m[k] for m in per_set.values()) for k in keys if per_set and all(k in m for m in per_set.values())}

@@ -5,13 +5,18 @@ from __future__ import annotations
 from rich.table import Table
 
 COLUMNS = [
-    ("accuracy", "end-to-end acc"),
-    ("lumos_exact", "Lumos exact"),
-    ("grounder_acc_gold_subgoals", "grounder | gold subgoals"),
-    ("grounder_acc_blank_subgoals", "grounder | blanked subgoals"),
-    ("capability_gap", "capability gap"),
-    ("plan_well_formed", "plans well-formed"),
+    ("accuracy", "acc"),
+    ("lumos_exact", "exact"),
+    ("grounder_acc_gold_subgoals", "gold sg"),
+    ("grounder_acc_blank_subgoals", "blank sg"),
+    ("capability_gap", "gap"),
+    ("plan_well_formed", "plans ok"),
 ]
+LEGEND = (
+    "acc: end-to-end accuracy (numeric match); exact: Lumos exact string match; gold sg / blank sg: "
+    "grounder accuracy given the gold / blanked subgoals; gap: capability gap = gold sg - acc; "
+    "plans ok: planner outputs that parse as subgoal sequences"
+)
 
 
 def _pct(value) -> str:
@@ -32,7 +37,7 @@ def eval_rows(results: dict) -> list[list[str]]:
 
 
 def eval_table(results: dict, title: str = "evaluation (%)") -> Table:
-    table = Table(title=title)
+    table = Table(title=title, caption=LEGEND)
     for header in ["split", "set", "n"] + [h for _, h in COLUMNS]:
         table.add_column(header, justify="right" if header not in ("split", "set") else "left")
     for row in eval_rows(results):
@@ -60,4 +65,4 @@ def markdown_table(results: dict) -> str:
     headers = ["split", "set", "n"] + [h for _, h in COLUMNS]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(row) + " |" for row in eval_rows(results)]
-    return "\n".join(lines)
+    return "\n".join(lines) + f"\n\n{LEGEND}"
