@@ -41,12 +41,17 @@ def _overrides(pairs: list[str]) -> dict:
     return out
 
 
+def _fail(err: Exception) -> typer.Exit:
+    """Print an input error unwrapped on stderr (paths and line numbers stay on one line)."""
+    typer.echo(f"error: {err}", err=True)
+    return typer.Exit(2)
+
+
 def _config(name: str, sets: list[str]):
     try:
         return load_config(name, _overrides(sets))
     except (ConfigError, DataError) as err:
-        console.print(f"[red]{err}[/red]")
-        raise typer.Exit(2) from None
+        raise _fail(err) from None
 
 
 def _show(results: dict) -> None:
@@ -66,8 +71,7 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = []) -> No
     try:
         results = run_lumos(cfg, run_dir or Path("runs") / cfg.name, console)
     except DataError as err:
-        console.print(f"[red]{err}[/red]")
-        raise typer.Exit(2) from None
+        raise _fail(err) from None
     _show(results)
     console.print(f"wall time {time.time() - started:.0f} s")
 
@@ -143,8 +147,7 @@ def data_check_gold(
     try:
         report = gold_execution_report(loaders[kind](path))
     except DataError as err:
-        console.print(f"[red]{err}[/red]")
-        raise typer.Exit(2) from None
+        raise _fail(err) from None
     console.print(report.summary())
 
 

@@ -1,0 +1,69 @@
+"""The Agent Lumos recipe end to end on a tiny budget: artifacts, metrics, resume."""
+
+import json
+
+import pytest
+from rich.console import Console
+
+from coalign.config import load_config
+from coalign.recipes.lumos import run_lumos
+
+TINY = {
+    "name": "pipeline-test",
+    "data": {
+        "train": [{"kind": "suite", "split": "train", "n": 24}],
+        "heldin": [{"kind": "suite", "split": "heldin", "n": 6}],
+        "heldout": [{"kind": "suite", "split": "heldout", "n": 6}],
+    },
+    "models": {"tiny": {"vocab_size": 400, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2,
+                        "intermediate_size": 64}},
+    "planner_sft": {"learning_rate": 1e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
+    "grounder_sft": {"learning_rate": 1e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
+    "eval": {"batch_size": 6, "max_new_tokens_plan": 16, "max_new_tokens_ground": 16},
+}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    config = load_config("tiny", TINY)
+    results = run_lumos(config, run_dir, Console(quiet=True))
+    return config, run_dir, results
+
+
+def test_run_folder_holds_config_checkpoints_predictions_and_metrics(finished):
+    _, run_dir, results = finished
+    assert (run_dir / "config.yaml").exists()
+    for stage in ("init", "planner_sft", "grounder_sft", "eval"):
+        assert json.loads((run_dir / "stages" / f"{stage}.json").read_text())["stage"] == stage
+    for agent in ("planner_sft", "grounder_sft"):
+        assert (run_dir / "checkpoints" / agent / "model.safetensors").exists()
+    rows = [json.loads(line) for line in (run_dir / "eval" / "heldout-suite-heldout.predictions.jsonl").open()]
+    assert len(rows) == 6 and {"plan", "actions", "pred", "correct", "gold_subgoal_correct"} <= rows[0].keys()
+    assert json.loads((run_dir / "eval" / "metrics.json").read_text()) == results
+
+
+def test_metrics_cover_both_splits_with_the_diagnostics(finished):
+    _, _, results = finished
+    for split in ("heldin", "heldout"):
+        metrics = results[split]["sets"][f"suite-{split}"]
+        for key in ("accuracy", "lumos_exact", "grounder_acc_gold_subgoals", "grounder_acc_blank_subgoals"):
+            assert 0.0 <= metrics[key] <= 1.0
+        assert metrics["capability_gap"] == pytest.approx(metrics["grounder_acc_gold_subgoals"] - metrics["accuracy"])
+        assert sum(metrics["style_counts"].values()) == 6
+        assert results[split]["average"]["accuracy"] == metrics["accuracy"]
+
+
+def test_rerun_resumes_without_redoing_finished_stages(finished):
+    config, run_dir, results = finished
+    weights = run_dir / "checkpoints" / "grounder_sft" / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    assert run_lumos(config, run_dir, Console(quiet=True)) == results
+    assert weights.stat().st_mtime_ns == before
+
+
+def test_resume_with_a_different_config_is_refused(finished):
+    _, run_dir, _ = finished
+    changed = load_config("tiny", {**TINY, "seed": 7})
+    with pytest.raises(SystemExit, match="different config"):
+        run_lumos(changed, run_dir, Console(quiet=True))
