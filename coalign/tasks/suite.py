@@ -9,8 +9,10 @@ multiplication or division is mixed with addition or subtraction, and several pe
 compete. Explicit subgoals name the operation and its operands, so a grounder given a good plan
 only copies; a grounder given vague subgoals must untangle the story itself.
 
-"heldout" is SVAMP-like: story frames and structures never seen in "train" or "heldin",
-built from the same operations and much of the same vocabulary.
+"heldout" is SVAMP-like: structures never built by a "train" or "heldin" template (reversed
+questions, reordered facts, events of two templates combined, other question targets), told only
+with held-in words, clauses and subgoal phrasings, since a model trained from scratch can read
+nothing else.
 """
 
 from __future__ import annotations
@@ -498,11 +500,16 @@ def _weekly_savings(rng: random.Random) -> _Draft:
     return _Draft(story, question, steps.items, shuffle or early, (p, q), None)
 
 
-# ---- held-out templates (SVAMP-like: new frames and structures from the same operations)
+# ---- held-out templates (SVAMP-like: held-in words and clauses, structures no held-in template builds)
+#
+# A model trained from scratch knows only the words of "train", so held-out stories reuse the held-in
+# people, items, verbs, clause wordings, question wordings and subgoal phrasings. What is new is the
+# structure: the end amount given and the start asked, a relation chain read backwards, events from
+# two held-in templates combined, or a question about another person or quantity.
 
 
 def _reverse_start(rng: random.Random) -> _Draft:
-    """The end state is given and the start asked: every event is undone, last first."""
+    """day_chain told forwards but asked backwards: the end amount is given, the first day's asked."""
     p, q = _people(rng, 2)
     kind, item = _kind(rng)
     _, got, getting = kind.get
@@ -527,7 +534,7 @@ def _reverse_start(rng: random.Random) -> _Draft:
     x: Operand = end
     for op, amount, what in reversed(undo):
         if op == "bags":
-            amount = steps("*", amount[0], amount[1], f"how many {item} were in the bags")
+            amount = steps("*", amount[0], amount[1], f"how many {item} were in the bags {p} bought")
             op = "-"
         x = steps(op, x, amount, what)
     shuffle = _shuffled(rng)
@@ -536,124 +543,120 @@ def _reverse_start(rng: random.Random) -> _Draft:
     return _Draft(story, question, steps.items, True, (p, q), item)
 
 
-_TRIPS = (("read", "pages", "read"), ("walked", "km", "walk"), ("took", "photos", "take"))
-
-
-def _trip_rate(rng: random.Random) -> _Draft:
-    """A total spread evenly over days, a second person's daily rate, back to a trip total."""
-    p, q = _people(rng, 2)
-    did, unit, do = rng.choice(_TRIPS)
-    days, per, b = _num(rng, 2, 7), _num(rng, 4, 20), _num(rng, 2, 12)
-    more = rng.random() < 0.6
-    x = days * per
+def _relation_reverse(rng: random.Random) -> _Draft:
+    """relation_chain's facts with the last person's count given and the first person's asked."""
+    p, q, r = _people(rng, 3)
+    _, item = _kind(rng)
+    rq, b, k = _num(rng, 4, 30), _num(rng, 2, 30), _num(rng, 2, 5)
+    more = rng.random() < 0.5
+    x = rq * k
     steps = _Steps()
-    rp = steps("/", x, days, f"how many {unit} {p} {did} each day")
-    rq = steps("+" if more else "-", rp, b, f"how many {unit} {q} {did} each day")
-    rt = steps("*", rq, days, f"how many {unit} {q} {did} on the trip")
-    question = f"How many {unit} did {q} {do} on the whole trip?"
-    if rng.random() < 0.4:
-        steps("+", rt, x, f"how many {unit} {p} and {q} {did} in all")
-        question = f"How many {unit} did {p} and {q} {do} in all on the trip?"
-    facts = [
-        f"On a {days} day trip, {p} {did} {x} {unit}, the same number each day.",
-        f"Each day, {q} {did} {b} {'more' if more else 'fewer'} {unit} than {p}.",
-    ]
-    shuffle = _shuffled(rng)
-    return _Draft(_static(rng, facts, shuffle), question, steps.items, shuffle, (p, q), None)
-
-
-_ROWS = (
-    ("A library put {x} books on {n} shelves, the same number on each shelf.",
-     "Later, {k} books were taken off each shelf.", "How many books are on the shelves now?",
-     "books are on each shelf", "books are left on each shelf", "books are left on the shelves",
-     "Then {m} new books were put on the shelves.", "+", "books are on the shelves now",
-     "How many books are on the shelves now?"),
-    ("A gardener planted {x} seeds in {n} rows, the same number in each row.",
-     "In each row, {k} seeds did not grow.", "How many seeds grew?",
-     "seeds are in each row", "seeds grew in each row", "seeds grew",
-     "Birds ate {m} of the young plants.", "-", "plants are left after the birds",
-     "How many plants are left?"),
-)  # fmt: skip
-
-
-def _shelves_left(rng: random.Random) -> _Draft:
-    """Equal rows, a change to every row, then back to a total: divide, adjust, multiply."""
-    setup, change, ask, w1, w2, w3, extra, extra_op, w4, ask4 = rng.choice(_ROWS)
-    n, per, k = _num(rng, 2, 8), _num(rng, 5, 20), _num(rng, 2, 6)
-    x = n * per
-    steps = _Steps()
-    r = steps("/", x, n, f"how many {w1}")
-    r = steps("-", r, k, f"how many {w2}")
-    r = steps("*", r, n, f"how many {w3}")
-    facts = [setup.format(x=x, n=n), change.format(k=k)]
+    sq = steps("/", x, k, f"how many {item} {q} has")
+    sp = steps("-" if more else "+", sq, b, f"how many {item} {p} has")
+    question = f"How many {item} does {p} have?"
     if rng.random() < 0.5:
-        m = _num(rng, 2, 15)
-        facts.append(extra.format(m=m))
-        steps(extra_op, r, m, f"how many {w4}")
-        ask = ask4
-    return _Draft([_Sentence(f) for f in facts], ask, steps.items, False, (), None)
-
-
-_ANIMALS = ("cows", "goats", "hens", "sheep", "ducks", "pigs")
-
-
-def _farm_chain(rng: random.Random) -> _Draft:
-    """Animal counts on a farm chained by 'fewer than' and 'times as many', asked as a sum."""
-    a1, a2, a3 = rng.sample(_ANIMALS, 3)
-    a, b, k = _num(rng, 10, 60), _num(rng, 2, 30), _num(rng, 2, 5)
-    steps = _Steps()
-    r2 = steps("-", a, b, f"how many {a2} the farm has")
-    r3 = steps("*", r2, k, f"how many {a3} the farm has")
-    ask = rng.choice(("pair", "more", "all"))
-    if ask == "pair":
-        steps("+", r2, r3, f"how many {a2} and {a3} the farm has together")
-        question = f"How many {a2} and {a3} does the farm have in all?"
-    elif ask == "more":
-        steps("-", r3, a, f"how many more {a3} than {a1} the farm has")
-        question = f"How many more {a3} than {a1} does the farm have?"
-    else:
-        both = steps("+", a, r2, f"how many {a1} and {a2} the farm has")
-        steps("+", both, r3, "how many animals the farm has")
-        question = "How many animals does the farm have in all?"
+        pq = steps("+", sp, sq, f"how many {item} {p} and {q} have together")
+        question = f"How many {item} do {p}, {q} and {r} have in all?"
+        steps("+", pq, x, f"how many {item} the three children have in all")
     facts = [
-        f"A farm has {a} {a1}.",
-        f"The farm has {b} fewer {a2} than {a1}.",
-        f"The farm has {k} times as many {a3} as {a2}.",
+        f"{q} has {b} {'more' if more else 'fewer'} {item} than {p}.",
+        f"{r} has {k} times as many {item} as {q}.",
+        f"{r} has {x} {item}.",
     ]
     shuffle = _shuffled(rng)
-    return _Draft(_static(rng, facts, shuffle), question, steps.items, shuffle, (), None)
+    return _Draft(_static(rng, facts, shuffle), question, steps.items, True, (p, q, r), None)
 
 
-_PRICED = ("pens", "kites", "cups", "hats", "balls", "games")
-
-
-def _change_money(rng: random.Random) -> _Draft:
-    """Prices that matter (held-in stories only use prices as distractors): totals and change."""
+def _bags_times(rng: random.Random) -> _Draft:
+    """day_chain's bags, then times_as_many measured against them; a plan no held-in template makes."""
     p, q = _people(rng, 2)
-    t1, t2 = rng.sample(_PRICED, 2)
-    n, c = _num(rng, 2, 6), _num(rng, 2, 15)
+    kind, item = _kind(rng, "fruit", "collect", "baked")
+    get, got, _ = kind.get
+    clock = _clock(rng, _DAYS, 2)
+    a, c, m, k = _num(rng), _num(rng, 2, 6), _num(rng, 3, 12), _num(rng, 2, 5)
     steps = _Steps()
-    shape = rng.choice(("note", "gift", "two"))
-    if shape == "gift":
-        d, e = _num(rng, 20, 60), _num(rng, 2, 30)
-        have = steps("+", d, e, f"how many dollars {p} had")
-        cost = steps("*", n, c, f"how much the {t1} cost")
-        steps("-", have, cost, f"how many dollars {p} had left")
-        facts = [f"{p} had {d} dollars and got {e} more from {q}.", f"{p} bought {n} {t1} for {c} dollars each."]
-        question = f"How many dollars did {p} have left?"
+    bags = steps("*", c, m, f"how many {item} were in the bags {p} bought")
+    if rng.random() < 0.5:
+        base, ref_text = bags, f"{p} bought in bags"
     else:
-        d = rng.choice((50, 100))
-        cost = steps("*", n, c, f"how much the {t1} cost")
-        bought = f"{n} {t1} at {c} dollars each"
-        if shape == "two":
-            m, e = _num(rng, 2, 6), _num(rng, 2, 15)
-            cost2 = steps("*", m, e, f"how much the {t2} cost")
-            cost = steps("+", cost, cost2, f"how much {p} spent in all")
-            bought += f" and {m} {t2} at {e} dollars each"
-        steps("-", d, cost, f"how much change {p} got")
-        facts = [f"{p} paid with a {d} dollar note for {bought}."]
-        question = f"How many dollars of change did {p} get?"
-    return _Draft([_Sentence(f) for f in facts], question, steps.items, False, (p, q), None)
+        base = steps("+", a, bags, f"how many {item} {p} had after buying the bags")
+        ref_text = f"{p} had {clock.when[1]}"
+    qx = steps("*", base, k, f"how many {item} {q} {got}")
+    ask = rng.choice(("q", "share", "more"))
+    if ask == "q":
+        question = f"How many {item} did {q} {get}?"
+    elif ask == "share":
+        d = _num(rng, 2, 6)
+        question = f"If {q} shares the {item} {q} {got} equally among {d} friends, how many does each friend get?"
+        steps("/", qx, d, f"how many {item} each friend gets")
+    else:
+        total = base if base != bags else steps("+", a, bags, f"how many {item} {p} had after buying the bags")
+        question = f"How many more {item} did {q} {get} than {p} did on the two days?"
+        steps("-", qx, total, f"how many more {item} {q} {got} than {p}")
+    clauses = [f"{p} {got} {a} {item}", f"{p} bought {c} bags of {item} with {m} {item} in each bag"]
+    shuffle, early = _shuffled(rng), rng.random() < 0.5
+    story = _narrate(rng, clock, clauses, shuffle)
+    rel = f"{q} {got} {k} times as many {item} as {ref_text}."
+    return _Draft(_place(story, rel, early), question, steps.items, shuffle or early, (p, q), None)
+
+
+def _give_split(rng: random.Random) -> _Draft:
+    """give_compare's gift, then day_chain's boxes or packs_share's friends for the giver or the receiver."""
+    p, q = _people(rng, 2)
+    kind, item = _kind(rng)
+    _, got, getting = kind.get
+    a, b, c, d = _num(rng), _num(rng), _num(rng, 2, 20), _num(rng, 2, 6)
+    clauses = [f"{p} had {a} {item} and {q} had {b} {item}", f"{p} gave {c} {item} to {q}"]
+    steps = _Steps()
+    if rng.random() < 0.5:
+        x = steps("-", a, c, f"how many {item} {p} had left")
+        e = _num(rng, 2, 20)
+        clauses.append(f"{p} {got} {e} more {item}")
+        x = steps("+", x, e, f"how many {item} {p} had after {getting} more")
+        clauses.append(f"{p} shared all the {item} left equally among {d} friends")
+        steps("/", x, d, f"how many {item} each friend got")
+        question = f"How many {item} did each friend get?"
+    else:
+        x = steps("+", b, c, f"how many {item} {q} had after getting some from {p}")
+        if rng.random() < 0.5:
+            (clause, gerund), e = rng.choice(kind.lose[1:]), _num(rng, 2, 15)  # not "gave": q keeps the gift
+            clauses.append(f"{q} {clause.format(n=e, item=item)}")
+            x = steps("-", x, e, f"how many {item} {q} had after {gerund}")
+        else:
+            e = _num(rng, 2, 20)
+            clauses.append(f"{q} {got} {e} more {item}")
+            x = steps("+", x, e, f"how many {item} {q} had after {getting} more")
+        clauses.append(f"{q} put all the {item} equally into {d} boxes")
+        steps("/", x, d, f"how many {item} went into each box")
+        question = f"How many {item} did {q} put in each box?"
+    clock = _clock(rng, _PARTS, len(clauses))
+    shuffle = _shuffled(rng)
+    return _Draft(_narrate(rng, clock, clauses, shuffle), question, steps.items, shuffle, (p, q), item)
+
+
+def _bags_compare(rng: random.Random) -> _Draft:
+    """Four steps mixing day_chain and give_compare: both people gain, one by bags; then compare them."""
+    p, q = _people(rng, 2)
+    kind, item = _kind(rng)
+    _, got, getting = kind.get
+    a, b, c, m, e = _num(rng), _num(rng), _num(rng, 2, 6), _num(rng, 3, 12), _num(rng, 2, 30)
+    clauses = [f"{p} had {a} {item} and {q} had {b} {item}"]
+    steps = _Steps()
+    bags = steps("*", c, m, f"how many {item} were in the bags {p} bought")
+    rp = steps("+", a, bags, f"how many {item} {p} had after buying the bags")
+    clauses.append(f"{p} bought {c} bags of {item} with {m} {item} in each bag")
+    if rng.random() < 0.5:
+        clauses.append(f"{q} {got} {e} more {item}")
+        rq = steps("+", b, e, f"how many {item} {q} had after {getting} more")
+    else:
+        (clause, gerund) = rng.choice(kind.lose[1:] or kind.lose)
+        clauses.append(f"{q} {clause.format(n=e, item=item)}")
+        rq = steps("-", b, e, f"how many {item} {q} had after {gerund}")
+    steps("-", rp, rq, f"how many more {item} {p} had than {q}")
+    question = f"How many more {item} did {p} have than {q} in the end?"
+    clock = _clock(rng, _PARTS, len(clauses))
+    shuffle = _shuffled(rng)
+    return _Draft(_narrate(rng, clock, clauses, shuffle), question, steps.items, shuffle, (p, q), item)
 
 
 HELDIN_TEMPLATES: dict[str, Callable[[random.Random], _Draft]] = {
@@ -667,11 +670,11 @@ HELDIN_TEMPLATES: dict[str, Callable[[random.Random], _Draft]] = {
     "weekly_savings": _weekly_savings,
 }
 HELDOUT_TEMPLATES: dict[str, Callable[[random.Random], _Draft]] = {
-    "reverse_start": _reverse_start,
-    "trip_rate": _trip_rate,
-    "shelves_left": _shelves_left,
-    "farm_chain": _farm_chain,
-    "change_money": _change_money,
+    "heldout_reverse_start": _reverse_start,
+    "heldout_relation_reverse": _relation_reverse,
+    "heldout_bags_times": _bags_times,
+    "heldout_give_split": _give_split,
+    "heldout_bags_compare": _bags_compare,
 }
 
 # --------------------------------------------------------------------------- distractors
