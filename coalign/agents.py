@@ -59,7 +59,7 @@ def generate(
         task = bar.add_task(desc, total=len(prompts))
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            enc = tok([prompts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = tok([prompts[i] for i in idx], return_tensors="pt", padding=True)  # special tokens as TRL trains
             enc = {k: v.to(model.device) for k, v in enc.items()}
             gen = model.generate(
                 **enc,

@@ -63,16 +63,24 @@ def _show(results: dict) -> None:
 
 @app.command()
 def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = []) -> None:  # noqa: B006
-    """Cold-start SFT of planner and grounder (the Agent Lumos recipe), then evaluation."""
+    """Run the config's recipe: `lumos` (independent SFT, the baseline) or `moat` (cold start + MOAT rounds)."""
     from coalign.recipes.lumos import run_lumos
+    from coalign.recipes.moat import run_moat
 
     cfg = _config(config, set_)
     started = time.time()
+    recipe = {"lumos": run_lumos, "moat": run_moat}[cfg.recipe]
     try:
-        results = run_lumos(cfg, run_dir or Path("runs") / cfg.name, console)
+        results = recipe(cfg, run_dir or Path("runs") / cfg.name, console)
     except DataError as err:
         raise _fail(err) from None
-    _show(results)
+    if cfg.recipe == "moat":
+        from coalign.report import eval_table
+
+        for name, round_results in results.items():
+            console.print(eval_table(round_results, title=f"MOAT {name}: evaluation (%)"))
+    else:
+        _show(results)
     console.print(f"wall time {time.time() - started:.0f} s")
 
 

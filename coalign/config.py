@@ -32,6 +32,24 @@ class SFTSettings(Settings):
     logging_steps: int = Field(10, ge=1)
 
 
+class DPOSettings(Settings):
+    """Planner DPO (MOAT stage 1). Defaults: the paper's (lr 4e-7, batch 4 x 8, cosine, max length 1024)
+    and the authors' release (beta 0.2 sigmoid, warmup 0.05, weight decay 1e-4, 1 epoch)."""
+
+    learning_rate: float = Field(4e-7, gt=0)
+    beta: float = Field(0.2, gt=0)
+    loss_type: str = "sigmoid"
+    epochs: float = Field(1.0, gt=0)
+    batch_size: int = Field(4, ge=1)
+    grad_accum: int = Field(8, ge=1)
+    max_length: int = Field(1024, ge=16)
+    warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "cosine"
+    weight_decay: float = Field(1e-4, ge=0)
+    bf16: bool = False
+    logging_steps: int = Field(10, ge=1)
+
+
 class TinySpec(Settings):
     """Size of a from-scratch Llama-style model (used when a model is given as `tiny`)."""
 
@@ -98,14 +116,44 @@ class EvalSettings(Settings):
     diagnostics: bool = Field(True, description="also ground gold and blanked subgoals (the subgoals-matter check)")
 
 
+class MoatSettings(Settings):
+    """MOAT rounds (Algorithm 1). Defaults are the paper's; `tasks` subsamples the training set."""
+
+    rounds: int = Field(2, ge=1)
+    tasks: int | None = Field(None, ge=1, description="training tasks used per round (the first n); None = all")
+    k: int = Field(15, ge=1, description="subgoal candidates sampled per task")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_new_tokens_plan: int = Field(512, ge=1)
+    score_reduction: Literal["mean", "content", "sum"] = Field(
+        "mean", description="grounder NLL of gold actions: mean over all action tokens (paper), content tokens, or sum"
+    )
+    pair_threshold: float = Field(0.1, ge=0, description="drop a pair whose chosen/rejected gap is below this")
+    pair_gap_on: Literal["nll", "ppl"] = Field("nll", description="gap measured on mean NLL (release) or on PPL")
+    ground_temperature: float = Field(0.1, ge=0, description="stage-2 grounder sampling (release: 0.1)")
+    ground_top_p: float = Field(0.95, gt=0, le=1)
+    max_new_tokens_ground: int = Field(512, ge=1)
+    critic: Literal["execution", "llm", "none"] = "execution"
+    critic_options: dict = Field(default_factory=dict, description="keyword options of the critic (llm: base_url, model, ...)")
+    use_corrected_subgoals: bool = Field(False, description="train on the critic's corrected subgoals (Algorithm 1: no)")
+    mix_ratio: float = Field(1.0, ge=0, description="initial grounder examples per critic-built example (paper 1:1)")
+    stage1: bool = Field(True, description="planner DPO; false = the 'w/o stage 1' ablation")
+    stage2: bool = Field(True, description="grounder SFT on critic-judged data; false = 'w/o stage 2'")
+    batch_size: int = Field(64, ge=1)
+
+
 class RunConfig(Settings):
     name: str
+    recipe: Literal["lumos", "moat"] = "lumos"
     seed: int = 0
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default = all cores")
     data: DataSettings
     models: ModelSettings = ModelSettings()
     planner_sft: SFTSettings = SFTSettings()
     grounder_sft: SFTSettings = SFTSettings()
+    planner_dpo: DPOSettings = DPOSettings()
+    grounder_round_sft: SFTSettings = SFTSettings()
+    moat: MoatSettings = MoatSettings()
     eval: EvalSettings = EvalSettings()
 
 

@@ -43,10 +43,6 @@ def read_json(path: str | Path):
     return json.loads(Path(path).read_text())
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
 class Run:
     """A run folder. Stage `name` is done when `stages/name.json` exists (written last)."""
 

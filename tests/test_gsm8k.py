@@ -10,7 +10,8 @@ import pytest
 from coalign.errors import DataError
 from coalign.formats import parse_action
 from coalign.tasks.gsm8k import load_gsm8k, reference_results, steps_to_plan, written_calculations, written_relations
-from coalign.tasks.jsonl import read_jsonl, write_jsonl
+from coalign.runs import write_jsonl
+from coalign.tasks.jsonl import read_jsonl
 from coalign.tools.executor import execute
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"

@@ -47,17 +47,17 @@ def initial_models(run: Run, config: RunConfig, train: list[Task], console: Cons
     if "tiny" in (models.planner, models.grounder) and not run.is_done("init"):
         started = time.time()
         console.print("making a tiny model: BPE tokenizer on the training text, small Llama config")
-        texts = [lumos_generation_prompt(u) + c for t in train for u, c in (_planner_pair(t), _grounder_pair(t))]
+        texts = [lumos_generation_prompt(u) + c for t in train for u, c in (planner_pair(t), grounder_pair(t))]
         make_tiny_model(texts, tiny_dir, models.tiny, seed=config.seed)
         run.mark_done("init", {"path": str(tiny_dir)}, started)
     return tuple(str(tiny_dir) if name == "tiny" else name for name in (models.planner, models.grounder))
 
 
-def _planner_pair(task: Task) -> tuple[str, str]:
+def planner_pair(task: Task) -> tuple[str, str]:
     return planner_example(task.question, task.subgoals)
 
 
-def _grounder_pair(task: Task) -> tuple[str, str]:
+def grounder_pair(task: Task) -> tuple[str, str]:
     return grounder_example(task.question, task.subgoals, task.actions, task.family)
 
 
@@ -72,10 +72,12 @@ def train_agent(run: Run, stage: str, init: str, examples, settings, seed: int, 
     return str(out)
 
 
-def evaluate_run(run: Run, config: RunConfig, planner_path: str, grounder_path: str, console: Console) -> dict:
-    """Evaluate on every held-in and held-out set; write predictions and metrics."""
-    if run.is_done("eval"):
-        return read_json(run.path("eval", "metrics.json"))
+def evaluate_run(
+    run: Run, config: RunConfig, planner_path: str, grounder_path: str, console: Console, name: str = "eval"
+) -> dict:
+    """Evaluate on every held-in and held-out set; write predictions and metrics under `name`/."""
+    if run.is_done(name):
+        return read_json(run.path(name, "metrics.json"))
     started = time.time()
     trust = config.models.trust_remote_code
     planner, grounder = Agent.load(planner_path, trust), Agent.load(grounder_path, trust)
@@ -83,27 +85,32 @@ def evaluate_run(run: Run, config: RunConfig, planner_path: str, grounder_path: 
     for split in ("heldin", "heldout"):
         per_set = {}
         for source in getattr(config.data, split):
-            name = source_name(source)
+            label = source_name(source)
             tasks = load_source(source)
-            console.print(f"[bold]eval[/bold] {split}/{name}: {len(tasks)} tasks")
-            metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{name}")
-            write_jsonl(run.path("eval", f"{split}-{name}.predictions.jsonl"), rows)
-            per_set[name] = metrics
+            console.print(f"[bold]{name}[/bold] {split}/{label}: {len(tasks)} tasks")
+            metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{label}")
+            write_jsonl(run.path(name, f"{split}-{label}.predictions.jsonl"), rows)
+            per_set[label] = metrics
         results[split] = {"sets": per_set, "average": split_summary(per_set)}
-    write_json(run.path("eval", "metrics.json"), results)
-    run.mark_done("eval", {}, started)
+    write_json(run.path(name, "metrics.json"), results)
+    run.mark_done(name, {}, started)
     return results
+
+
+def cold_start(run: Run, config: RunConfig, train: list[Task], console: Console) -> tuple[str, str]:
+    """Independent SFT of both agents on ground truth; returns the two checkpoints."""
+    planner_init, grounder_init = initial_models(run, config, train, console)
+    planner = train_agent(
+        run, "planner_sft", planner_init, [planner_pair(t) for t in train], config.planner_sft, config.seed, console
+    )
+    grounder = train_agent(
+        run, "grounder_sft", grounder_init, [grounder_pair(t) for t in train], config.grounder_sft, config.seed, console
+    )
+    return planner, grounder
 
 
 def run_lumos(config: RunConfig, run_dir: str | Path, console: Console) -> dict:
     """Agent Lumos: independent SFT of both agents on ground truth, then evaluation."""
     run = prepare_run(config, run_dir, console)
-    train = load_sources(config.data.train)
-    planner_init, grounder_init = initial_models(run, config, train, console)
-    planner = train_agent(
-        run, "planner_sft", planner_init, [_planner_pair(t) for t in train], config.planner_sft, config.seed, console
-    )
-    grounder = train_agent(
-        run, "grounder_sft", grounder_init, [_grounder_pair(t) for t in train], config.grounder_sft, config.seed, console
-    )
+    planner, grounder = cold_start(run, config, load_sources(config.data.train), console)
     return evaluate_run(run, config, planner, grounder, console)

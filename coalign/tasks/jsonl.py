@@ -1,11 +1,9 @@
-"""JSON Lines reading and writing that point at the bad line and field, and never half-write a file."""
+"""JSON and JSON Lines reading that points at the bad line and field (writing: `coalign.runs`)."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,20 +55,3 @@ def require(row: dict, field: str, type_: type | tuple[type, ...], path: str | P
         expected = " or ".join(t.__name__ for t in wanted)
         raise DataError(path, line, name, f"expected {expected}, got {type_name(value)}")
     return value
-
-
-def write_jsonl(path: str | Path, rows: Iterable[dict]) -> None:
-    """Write one JSON object per line via a temp file and `os.replace`, so a crash leaves the old file intact."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

@@ -23,8 +23,9 @@ from coalign.formats import (
     planner_prompt,
     split_actions,
 )
+from coalign.runs import write_jsonl
 from coalign.tasks import Task
-from coalign.tasks.jsonl import read_jsonl, require, write_jsonl
+from coalign.tasks.jsonl import read_jsonl, require
 
 ROLES = ("user", "assistant")
 

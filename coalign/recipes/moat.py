@@ -1,0 +1,248 @@
+"""MOAT: joint alignment tuning of a planning agent and a grounding agent (Algorithm 1).
+
+    cold start: SFT planner and grounder on ground truth (the Agent Lumos recipe)
+    for each round:
+        stage 1  sample K subgoal sequences per task from the planner
+                 score each by the grounder's NLL of the gold actions given it
+                 pair lowest (chosen) with highest (rejected); drop small gaps
+                 DPO the planner on the pairs (reference = planner before the stage)
+        stage 2  the grounder writes actions for every (task, candidate)
+                 a critic keeps successes and corrects failures (subgoals stay the candidate's)
+                 SFT the grounder on that data mixed 1:1 with its initial data
+        evaluate
+
+Every step writes its artifact into the run folder before it is marked done, so a killed run
+resumes at the first unfinished step. `moat.stage1` / `moat.stage2` / `moat.critic: none` give
+the paper's ablations from the same config.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from coalign.agents import Agent, generate
+from coalign.config import RunConfig
+from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals, planner_prompt
+from coalign.metrics import numeric_match
+from coalign.recipes.lumos import cold_start, evaluate_run, grounder_pair, prepare_run, train_agent
+from coalign.runs import Run, read_json, write_json, write_jsonl
+from coalign.stages.critic import CriticInput, make_critic
+from coalign.stages.dpo import dpo
+from coalign.stages.pairs import auc, point_biserial, select_pair
+from coalign.stages.sample import sample_candidates
+from coalign.stages.score import score_completions
+from coalign.tasks import Task
+from coalign.tasks.jsonl import read_jsonl
+from coalign.tasks.sources import load_sources
+from coalign.tools.executor import execute
+
+
+def _rows(path: Path) -> list[dict]:
+    return [row for _, row in read_jsonl(path)]
+
+
+def _subgoals(text: str) -> tuple[str, ...]:
+    """A candidate's subgoals; a malformed candidate is kept whole as one subgoal."""
+    try:
+        return tuple(parse_subgoals(text))
+    except FormatError:
+        return (text,)
+
+
+def sample_stage(run: Run, r: int, config: RunConfig, planner: str, tasks: list[Task]) -> list[list[str]]:
+    """Stage 1a: K candidate subgoal texts per task."""
+    stage, path = f"round{r}_sample", run.path(f"round{r}", "candidates.jsonl")
+    if not run.is_done(stage):
+        started, m = time.time(), config.moat
+        torch.manual_seed(config.seed * 1000 + r)
+        candidates = sample_candidates(
+            Agent.load(planner), tasks, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size
+        )
+        write_jsonl(path, [{"id": t.id, "candidates": c} for t, c in zip(tasks, candidates)])
+        run.mark_done(stage, {"tasks": len(tasks), "k": m.k}, started)
+    return [row["candidates"] for row in _rows(path)]
+
+
+def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candidates) -> list[list[dict]]:
+    """Stage 1b: the grounder's NLL of each task's gold actions given each candidate."""
+    stage, path = f"round{r}_score", run.path(f"round{r}", "scores.jsonl")
+    if not run.is_done(stage):
+        started = time.time()
+        users, completions = [], []
+        for task, cands in zip(tasks, candidates):
+            for cand in cands:
+                users.append(grounder_prompt(task.question, cand, task.family))
+                completions.append(grounder_pair(task)[1])
+        scores = score_completions(Agent.load(grounder), users, completions, config.moat.batch_size)
+        k = config.moat.k
+        rows = [
+            {
+                "id": t.id,
+                "scores": [
+                    {"mean": s.value("mean"), "content": s.value("content"), "sum": s.value("sum"), "tokens": s.n_tokens}
+                    for s in scores[i * k : (i + 1) * k]
+                ],
+            }
+            for i, t in enumerate(tasks)
+        ]
+        write_jsonl(path, rows)
+        run.mark_done(stage, {"scored": len(scores)}, started)
+    return [row["scores"] for row in _rows(path)]
+
+
+def pair_stage(run: Run, r: int, config: RunConfig, tasks, candidates, scores) -> list[dict]:
+    """Stage 1c: chosen = lowest NLL, rejected = highest; pairs under the gap threshold dropped."""
+    stage, path = f"round{r}_pairs", run.path(f"round{r}", "pairs.jsonl")
+    if not run.is_done(stage):
+        started, m = time.time(), config.moat
+        rows = []
+        for task, cands, task_scores in zip(tasks, candidates, scores):
+            pair = select_pair([s[m.score_reduction] for s in task_scores], m.pair_threshold, m.pair_gap_on)
+            if pair is not None:
+                rows.append(
+                    {
+                        "id": task.id,
+                        "prompt": planner_prompt(task.question),
+                        "chosen": cands[pair.chosen],
+                        "rejected": cands[pair.rejected],
+                        "gap": pair.gap,
+                    }
+                )
+        write_jsonl(path, rows)
+        run.mark_done(stage, {"pairs": len(rows), "kept_fraction": len(rows) / max(1, len(tasks))}, started)
+    return _rows(path)
+
+
+def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dict], console: Console) -> str:
+    """Stage 1d: DPO the planner; with no pair left, the planner is kept as it is."""
+    stage, out = f"round{r}_dpo", run.path("checkpoints", f"round{r}_planner")
+    if not run.is_done(stage):
+        started = time.time()
+        if not pairs:
+            console.print(f"[yellow]round {r}: no preference pair passed the gap threshold; planner unchanged[/yellow]")
+            run.mark_done(stage, {"pairs": 0, "path": planner}, started)
+        else:
+            console.print(f"[bold]round {r} stage 1[/bold]: DPO on {len(pairs)} pairs")
+            dpo(planner, [(p["prompt"], p["chosen"], p["rejected"]) for p in pairs], out, config.planner_dpo, config.seed)
+            run.mark_done(stage, {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}, started)
+    return run.stage_info(stage)["path"]
+
+
+def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candidates) -> list[list[str]]:
+    """Stage 2a: the grounder's actions for every (task, candidate)."""
+    stage, path = f"round{r}_ground", run.path(f"round{r}", "groundings.jsonl")
+    if not run.is_done(stage):
+        started, m = time.time(), config.moat
+        torch.manual_seed(config.seed * 1000 + 500 + r)
+        users = [grounder_prompt(t.question, c, t.family) for t, cands in zip(tasks, candidates) for c in cands]
+        outs = generate(
+            Agent.load(grounder),
+            users,
+            m.max_new_tokens_ground,
+            m.batch_size,
+            temperature=m.ground_temperature,
+            top_p=m.ground_top_p,
+            desc="grounding every candidate",
+        )
+        flat = [o[0] for o in outs]
+        write_jsonl(path, [{"id": t.id, "actions": flat[i * m.k : (i + 1) * m.k]} for i, t in enumerate(tasks)])
+        run.mark_done(stage, {"groundings": len(flat)}, started)
+    return [row["actions"] for row in _rows(path)]
+
+
+def critic_stage(run: Run, r: int, config: RunConfig, tasks, candidates, groundings) -> list[dict]:
+    """Stage 2b: the critic's verdict on each grounding (kept, corrected or dropped)."""
+    stage, path = f"round{r}_critic", run.path(f"round{r}", "verdicts.jsonl")
+    if not run.is_done(stage):
+        started = time.time()
+        critic = make_critic(config.moat.critic, **config.moat.critic_options)
+        items = [
+            CriticInput(task=t, subgoals=_subgoals(c), actions=a)
+            for t, cands, acts in zip(tasks, candidates, groundings)
+            for c, a in zip(cands, acts)
+        ]
+        verdicts = critic.judge(items)
+        rows = [
+            {
+                "id": item.task.id,
+                "subgoals": list(v.corrected_subgoals or item.subgoals)
+                if config.moat.use_corrected_subgoals
+                else list(item.subgoals),
+                "generated": item.actions,
+                "success": v.success,
+                "actions": v.actions,
+                "note": v.note,
+            }
+            for item, v in zip(items, verdicts)
+        ]
+        write_jsonl(path, rows)
+        stats = getattr(critic, "stats", {})
+        successes = sum(v.success for v in verdicts)
+        run.mark_done(stage, {"judged": len(rows), "successes": successes, "critic": critic.name, **stats}, started)
+    return _rows(path)
+
+
+def grounder_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, verdicts, console: Console) -> str:
+    """Stage 2c: SFT the grounder on critic-built data mixed with its initial data."""
+    by_id = {t.id: t for t in tasks}
+    built = [
+        (grounder_prompt(by_id[v["id"]].question, format_subgoals(v["subgoals"]), by_id[v["id"]].family), v["actions"])
+        for v in verdicts
+        if v["actions"]
+    ]
+    rng = random.Random(config.seed * 1000 + r)
+    initial = [grounder_pair(t) for t in load_sources(config.data.train)]
+    n_initial = min(len(initial), round(len(built) * config.moat.mix_ratio))
+    examples = built + rng.sample(initial, n_initial)
+    rng.shuffle(examples)
+    console.print(f"[bold]round {r} stage 2[/bold]: {len(built)} critic-built + {n_initial} initial examples")
+    return train_agent(run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console)
+
+
+def round_premise(tasks, scores, groundings, reduction: str) -> dict:
+    """Does a candidate's grounder NLL predict whether its grounding succeeds? (never measured in the paper)"""
+    nll, success = [], []
+    for task, task_scores, acts in zip(tasks, scores, groundings):
+        for s, a in zip(task_scores, acts):
+            nll.append(s[reduction])
+            success.append(numeric_match(execute(a, task.family).answer, task.answer))
+    return {
+        "candidates": len(nll),
+        "grounding_success_rate": sum(success) / max(1, len(success)),
+        "nll_success_point_biserial": point_biserial(nll, success),
+        "nll_success_auc": auc(nll, success),
+    }
+
+
+def run_moat(config: RunConfig, run_dir: str | Path, console: Console) -> dict:
+    """Cold start, then `config.moat.rounds` rounds of stage 1 and stage 2, evaluating after each."""
+    run = prepare_run(config, run_dir, console)
+    train = load_sources(config.data.train)
+    planner, grounder = cold_start(run, config, train, console)
+    history = {"round0": evaluate_run(run, config, planner, grounder, console, name="round0_eval")}
+    tasks = train[: config.moat.tasks] if config.moat.tasks else train
+    m = config.moat
+    for r in range(1, m.rounds + 1):
+        candidates = sample_stage(run, r, config, planner, tasks)
+        scores = score_stage(run, r, config, grounder, tasks, candidates)
+        premise: dict = {}
+        if m.stage1:
+            pairs = pair_stage(run, r, config, tasks, candidates, scores)
+            new_planner = dpo_stage(run, r, config, planner, pairs, console)
+        else:
+            new_planner = planner
+        if m.stage2:
+            groundings = ground_stage(run, r, config, grounder, tasks, candidates)
+            premise = round_premise(tasks, scores, groundings, m.score_reduction)
+            verdicts = critic_stage(run, r, config, tasks, candidates, groundings)
+            grounder = grounder_stage(run, r, config, grounder, tasks, verdicts, console)
+        planner = new_planner
+        history[f"round{r}"] = evaluate_run(run, config, planner, grounder, console, name=f"round{r}_eval")
+        write_json(run.path(f"round{r}", "premise.json"), premise)
+    write_json(run.path("rounds.json"), history)
+    return history

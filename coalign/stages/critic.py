@@ -1,0 +1,475 @@
+"""Stage 2's critic: judge a grounder's actions for (task, candidate subgoals) and correct failures.
+
+MOAT keeps `(x, s_k, a_k)` when the grounder's actions reach the answer and `(x, s_k, a_hat)` with
+corrected actions when they do not (Algorithm 1). Three critics share one interface:
+
+- `ExecutionCritic` (default, offline): runs the actions; the correction is the task's gold actions.
+- `NoCritic`: the "w/o critic" ablation, every sample is kept as generated.
+- `LLMCritic`: the paper's critic prompt against an LLM (an OpenAI-compatible server such as vLLM,
+  or a local transformers model). Its calls are bounded (concurrency, retries, a total budget)
+  and counted in `stats`, because at paper scale a round makes |D| x K of them.
+
+Corrections are renumbered (`reindex`) so the grounder always learns `R1, R2, ...` in order.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import random
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http.client import HTTPException
+from typing import TYPE_CHECKING, Protocol
+
+from coalign.formats import (
+    TOOL_PREAMBLES,
+    FormatError,
+    format_actions,
+    format_subgoals,
+    parse_actions,
+    parse_subgoals,
+)
+from coalign.metrics import numeric_match
+from coalign.tasks import Task
+from coalign.tools.executor import execute
+
+if TYPE_CHECKING:
+    from coalign.agents import Agent
+
+
+@dataclass(frozen=True)
+class CriticInput:
+    task: Task
+    subgoals: tuple[str, ...]  # the planner's candidate (kept as the SFT input, Algorithm 1)
+    actions: str  # the grounder's generated action text
+
+
+@dataclass(frozen=True)
+class Verdict:
+    success: bool
+    actions: str | None  # text to train on: generated on success, corrected on failure; None = drop
+    corrected_subgoals: tuple[str, ...] | None = None  # LLM critic only; used if the recipe opts in
+    note: str = ""
+
+
+class Critic(Protocol):
+    name: str
+
+    def judge(self, items: Sequence[CriticInput]) -> list[Verdict]: ...
+
+
+# --------------------------------------------------------------------------- corrections
+
+_R_VARIABLE = re.compile(r"\bR\d+\b", re.A)
+
+
+def reindex(actions: str) -> str:
+    """Rename R-variables to R1, R2, ... in order of first appearance, references included.
+
+    Whole words only (R1 never matches inside R12). The renaming is one-to-one, so references stay
+    consistent; note that the executor's answer (highest-numbered R#) is unchanged only when the
+    original numbering already increases in order of appearance, as in well-formed sequences.
+    """
+    mapping: dict[str, str] = {}
+
+    def rename(match: re.Match[str]) -> str:
+        return mapping.setdefault(match[0], f"R{len(mapping) + 1}")
+
+    return _R_VARIABLE.sub(rename, actions)
+
+
+def gold_actions(task: Task) -> str | None:
+    """The task's gold actions as one re-indexed text, or None when the task has none."""
+    return reindex(format_actions(task.actions)) if task.actions else None
+
+
+def _gold_verdict(task: Task, note: str, corrected_subgoals: tuple[str, ...] | None = None) -> Verdict:
+    gold = gold_actions(task)
+    if gold is None:
+        return Verdict(False, None, corrected_subgoals, f"{note}; no gold actions to fall back on")
+    return Verdict(False, gold, corrected_subgoals, note)
+
+
+# --------------------------------------------------------------------------- simple critics
+
+
+class ExecutionCritic:
+    """Ground truth by execution: success when the actions' answer matches the gold answer."""
+
+    name = "execution"
+
+    def judge(self, items: Sequence[CriticInput]) -> list[Verdict]:
+        return [self._judge_one(item) for item in items]
+
+    @staticmethod
+    def _judge_one(item: CriticInput) -> Verdict:
+        trace = execute(item.actions, item.task.family)
+        if trace.error is not None:
+            return _gold_verdict(item.task, f"execution failed: {trace.error}"[:300])
+        if not numeric_match(trace.answer, item.task.answer):
+            return _gold_verdict(item.task, "wrong answer")
+        return Verdict(True, item.actions, note="correct answer")
+
+
+class NoCritic:
+    """The "w/o critic" ablation: every generated sample is trusted as it is."""
+
+    name = "none"
+
+    def judge(self, items: Sequence[CriticInput]) -> list[Verdict]:
+        return [Verdict(True, item.actions, note="not judged") for item in items]
+
+
+# --------------------------------------------------------------------------- LLM critic: prompt and parsing
+
+Complete = Callable[[str], str]  # one prompt in, the model's reply out
+
+REACHED = "Final answer reached"
+
+
+def critic_prompt(item: CriticInput) -> str:
+    """The paper's critic prompt (A.3) in substance, with the task family's tool list."""
+    task = item.task
+    if task.family not in TOOL_PREAMBLES:
+        raise KeyError(f"no tool list for family {task.family!r}; known: {sorted(TOOL_PREAMBLES)}")
+    reference = gold_actions(task) or "(none)"
+    return (
+        "You check the work of an agent that solves problems by calling tools.\n"
+        "Below are a problem, a possibly incomplete series of subgoals, and the actions written for "
+        "those subgoals. Judge whether the subgoals and their actions reach the final answer of the "
+        "problem. Every action must use the available action list:\n"
+        f"{TOOL_PREAMBLES[task.family]}"
+        "Reference actions that solve the problem are given for comparison; correct work need not "
+        "resemble them.\n\n"
+        f"Problem: {task.question.strip()}\n"
+        f"Subgoals: {format_subgoals(item.subgoals) or '(none)'}\n"
+        f"Actions: {item.actions.strip() or '(none)'}\n"
+        f"Reference actions: {reference}\n\n"
+        f'If the actions reach the final answer, output exactly "{REACHED}".\n'
+        "Otherwise output exactly two lines, which need not resemble the given ones:\n"
+        "Corrected Subgoals: Subgoal 1: ...; Subgoal 2: ...\n"
+        "Corrected Actions: R1 = Tool(...); R2 = Tool(...)"
+    )
+
+
+_THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.S | re.I)
+_THINK_CLOSE = re.compile(r"\A.*</think>", re.S | re.I)
+# A field line, tolerating markdown around the label (`**Corrected Actions:**`, `- `, `1. `, `> `).
+# Markup is never removed from values: `**` is also a power operator inside actions.
+_FIELD = re.compile(
+    r"^[\s>#*_`+\-\d.)]*Corrected\s+(?P<field>Subgoals|Actions)[\s*_`]*:[\s*_]*(?P<value>.*)$", re.M | re.I
+)
+_MARKUP = re.compile(r"[*_`#>]+")
+
+
+def _strip_reasoning(text: str) -> str:
+    """Drop `<think>` blocks (an unclosed one runs to the end) and reasoning before a lone `</think>`.
+
+    Reasoning models' templates often open `<think>` in the prompt, so only the close appears.
+    """
+    return _THINK_CLOSE.sub("", _THINK_BLOCK.sub("", text))
+
+
+def _unwrap(value: str) -> str:
+    """Remove one pair of wrappers a model may add around a value: backticks, the prompt's <>, quotes."""
+    value = value.strip()
+    for left, right in (("`", "`"), ("<", ">"), ('"', '"'), ("'", "'")):
+        if len(value) >= 2 and value.startswith(left) and value.endswith(right):
+            value = value[1:-1].strip()
+    return value
+
+
+def _field_value(lines: list[str], index: int, value: str) -> str:
+    """A field's value: the rest of its line, or the next line with text (past a code fence)."""
+    if not _MARKUP.sub("", value).strip():
+        value = next((line for line in lines[index + 1 :] if _MARKUP.sub("", line).strip()), "")
+    return _unwrap(value)
+
+
+def parse_verdict(text: str) -> tuple[str, tuple[str, ...] | None, str | None]:
+    """(kind, corrected subgoals, corrected actions) from a critic's reply.
+
+    kind is "reached", "corrected" (subgoals and/or actions may still be None when their line is
+    missing or malformed) or "unparseable". A `Corrected Actions:` line wins over a stray
+    "final answer reached" in the chatter, because a correction is the more specific claim.
+    """
+    body = _strip_reasoning(text)
+    lines = body.splitlines()
+    fields: dict[str, str] = {}
+    for index, line in enumerate(lines):
+        match = _FIELD.match(line)
+        if match and match["field"].lower() not in fields:
+            fields[match["field"].lower()] = _field_value(lines, index, match["value"])
+    actions = fields.get("actions") or None
+    subgoals: tuple[str, ...] | None = None
+    if fields.get("subgoals"):
+        try:
+            subgoals = tuple(parse_subgoals(fields["subgoals"]))
+        except FormatError:
+            subgoals = None
+    if actions is not None:
+        return "corrected", subgoals, actions
+    if REACHED.lower() in " ".join(_MARKUP.sub(" ", body).lower().split()):
+        return "reached", None, None
+    if "subgoals" in fields:
+        return "corrected", subgoals, None
+    return "unparseable", None, None
+
+
+# --------------------------------------------------------------------------- LLM critic: backends
+
+RETRYABLE = frozenset({"timeout", "connection", "http_429", "http_5xx"})
+FAILURE_KINDS = ("timeout", "connection", "http_429", "http_5xx", "http_other", "bad_response", "unparseable")
+
+
+class CallError(Exception):
+    """A failed critic call, classified so the caller knows whether to retry and what to count."""
+
+    def __init__(self, kind: str, detail: str, retry_after_s: float | None = None):
+        super().__init__(detail)
+        self.kind, self.detail, self.retry_after_s = kind, detail, retry_after_s
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow redirects: a POST must not be replayed (with its key) somewhere else."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (the HTTP-date form is rare for APIs and falls back to back-off)."""
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class OpenAIChat:
+    """`Complete` over an OpenAI-compatible `/chat/completions` endpoint (vLLM, hosted APIs).
+
+    The key is read from `api_key_env` at each call and goes only into the Authorization header
+    (none is sent when the variable is unset, as a local vLLM server needs none); it is never
+    stored here, so it cannot reach a repr, and it is scrubbed from any error text.
+    """
+
+    base_url: str
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 60.0
+    temperature: float = 0.1
+    max_tokens: int = 512
+
+    def __call__(self, prompt: str) -> str:
+        key = os.environ.get(self.api_key_env, "")
+        payload = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+        request = urllib.request.Request(
+            f"{self.base_url.rstrip('/')}/chat/completions",
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        if key:
+            request.add_unredirected_header("Authorization", f"Bearer {key}")
+        try:
+            with _OPENER.open(request, timeout=self.timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            raise self._http_error(exc, key) from None
+        except (TimeoutError, urllib.error.URLError, HTTPException, OSError) as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(reason, TimeoutError):
+                raise CallError("timeout", f"timeout after {self.timeout_s:g} s") from None
+            raise CallError("connection", f"connection error ({type(reason).__name__})") from None
+        try:
+            content = json.loads(raw)["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise CallError("bad_response", f"bad response body ({len(raw)} bytes, not a chat completion)") from None
+        if not isinstance(content, str):
+            raise CallError("bad_response", "bad response body (message content is not text)")
+        return content
+
+    @staticmethod
+    def _http_error(exc: urllib.error.HTTPError, key: str) -> CallError:
+        code = exc.code
+        if code == 429 or code >= 500:
+            kind = "http_429" if code == 429 else "http_5xx"
+            return CallError(kind, f"http {code}", _retry_after(exc.headers.get("Retry-After")))
+        try:
+            body = exc.read(300).decode("utf-8", "replace")
+        except (OSError, HTTPException):
+            body = ""
+        if key:
+            body = body.replace(key, "***")
+        detail = " ".join(body.split())[:200]
+        return CallError("http_other", f"http {code}" + (f": {detail}" if detail else ""))
+
+
+def openai_backend(
+    base_url: str,
+    model: str,
+    api_key_env: str = "OPENAI_API_KEY",
+    timeout_s: float = 60.0,
+    temperature: float = 0.1,
+    max_tokens: int = 512,
+) -> Complete:
+    return OpenAIChat(base_url, model, api_key_env, timeout_s, temperature, max_tokens)
+
+
+def transformers_backend(agent: Agent, max_new_tokens: int = 256) -> Complete:
+    """Greedy completion with a local model; use it with max_concurrency=1 (one model, one stream)."""
+    from coalign.agents import generate  # torch loads only when a local critic is asked for
+
+    def complete(prompt: str) -> str:
+        return generate(agent, [prompt], max_new_tokens, batch_size=1, desc="critic")[0][0]
+
+    return complete
+
+
+BACKENDS: dict[str, Callable[..., Complete]] = {"openai": openai_backend, "transformers": transformers_backend}
+
+
+# --------------------------------------------------------------------------- LLM critic
+
+
+class LLMCritic:
+    """The paper's critic: an LLM judges each sample and writes corrections.
+
+    `max_calls` caps the calls (retries included) over this critic's lifetime; items judged after
+    it is spent get `actions=None` ("critic budget exhausted"), as do items whose calls failed:
+    without a judgement the sample can be neither trusted nor corrected. `stats` is cumulative:
+    calls, retries, failures by kind (every failed call, plus unparseable replies) and
+    budget_exhausted (items).
+    """
+
+    name = "llm"
+
+    def __init__(
+        self,
+        complete: Complete,
+        max_concurrency: int = 4,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        max_delay_s: float = 30.0,
+        max_calls: int | None = None,
+    ):
+        if max_concurrency < 1 or max_retries < 0 or (max_calls is not None and max_calls < 0):
+            raise ValueError("need max_concurrency >= 1, max_retries >= 0 and max_calls >= 0")
+        self.complete = complete
+        self.max_concurrency, self.max_retries, self.max_calls = max_concurrency, max_retries, max_calls
+        self.backoff_s, self.max_delay_s = backoff_s, max_delay_s
+        self.stats: dict = {
+            "calls": 0,
+            "retries": 0,
+            "failures": dict.fromkeys(FAILURE_KINDS, 0),
+            "budget_exhausted": 0,
+        }
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"LLMCritic(complete={self.complete!r}, max_concurrency={self.max_concurrency}, "
+            f"max_retries={self.max_retries}, max_calls={self.max_calls})"
+        )
+
+    def judge(self, items: Sequence[CriticInput]) -> list[Verdict]:
+        if not items:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items))) as pool:
+            return list(pool.map(self._judge_one, items))
+
+    def _judge_one(self, item: CriticInput) -> Verdict:
+        reply = self._call(critic_prompt(item))
+        if isinstance(reply, Verdict):
+            return reply
+        kind, subgoals, actions = parse_verdict(reply)
+        if kind == "reached":
+            return Verdict(True, item.actions, note="critic: final answer reached")
+        if kind == "unparseable":
+            self._count_failure("unparseable")
+            return _gold_verdict(item.task, "unparseable verdict")
+        if actions is None:
+            return _gold_verdict(item.task, "critic gave no corrected actions; gold used", subgoals)
+        try:
+            corrected = reindex(format_actions(parse_actions(actions)))
+        except FormatError:
+            return _gold_verdict(item.task, "critic's corrected actions do not parse; gold used", subgoals)
+        return Verdict(False, corrected, subgoals, "critic: corrected")
+
+    def _call(self, prompt: str) -> str | Verdict:
+        """The reply text, or the verdict for an item the critic could not judge."""
+        failure = Verdict(False, None, note="critic call failed")
+        for attempt in range(self.max_retries + 1):
+            if not self._take_call():
+                return Verdict(False, None, note="critic budget exhausted")
+            try:
+                return self.complete(prompt)
+            except CallError as exc:
+                self._count_failure(exc.kind)
+                failure = Verdict(False, None, note=f"{exc.detail} after {attempt + 1} tries")
+                if exc.kind not in RETRYABLE or attempt == self.max_retries:
+                    break
+                with self._lock:
+                    self.stats["retries"] += 1
+                time.sleep(self._delay(attempt, exc.retry_after_s))
+        return failure
+
+    def _take_call(self) -> bool:
+        with self._lock:
+            if self.max_calls is not None and self.stats["calls"] >= self.max_calls:
+                self.stats["budget_exhausted"] += 1
+                return False
+            self.stats["calls"] += 1
+            return True
+
+    def _count_failure(self, kind: str) -> None:
+        with self._lock:
+            self.stats["failures"][kind] += 1
+
+    def _delay(self, attempt: int, retry_after_s: float | None) -> float:
+        """The server's Retry-After when given, else exponential back-off with jitter; both capped."""
+        if retry_after_s is not None:
+            return min(retry_after_s, self.max_delay_s)
+        return min(self.backoff_s * 2**attempt * (1 + random.random()), self.max_delay_s)
+
+
+# --------------------------------------------------------------------------- factory
+
+
+def make_critic(name: str, **kwargs) -> Critic:
+    """A critic by its config name: execution, none or llm.
+
+    For llm, `backend` (openai, the default, or transformers) takes the arguments it names
+    (base_url, model, ... or agent, max_new_tokens) and the rest go to `LLMCritic`.
+    """
+    if name == "execution":
+        return ExecutionCritic(**kwargs)
+    if name == "none":
+        return NoCritic(**kwargs)
+    if name == "llm":
+        backend = kwargs.pop("backend", "openai")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown critic backend {backend!r}; known: {sorted(BACKENDS)}")
+        names = inspect.signature(BACKENDS[backend]).parameters
+        backend_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
+        if backend == "transformers":
+            kwargs.setdefault("max_concurrency", 1)
+        return LLMCritic(BACKENDS[backend](**backend_kwargs), **kwargs)
+    raise ValueError(f"unknown critic {name!r}; known: execution, none, llm")

@@ -1,0 +1,98 @@
+"""Stage 1 preference pairs from grounder scores, and the check of MOAT's premise.
+
+Scores are the grounder's NLL of the gold actions under each of K sampled subgoal sequences
+(lower = better, any reduction of coalign.stages.score). MOAT's convergence argument assumes that
+lower PPL goes with true success; the paper never measures it, `point_biserial` and `auc` do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Indices of the chosen (lowest NLL) and rejected (highest NLL) candidates.
+
+    `chosen_score` and `rejected_score` are the given NLL values; `gap` is on the scale the
+    filter used (NLL or PPL).
+    """
+
+    chosen: int
+    rejected: int
+    chosen_score: float
+    rejected_score: float
+    gap: float
+
+
+def select_pair(
+    scores: Sequence[float], threshold: float = 0.1, gap_on: Literal["nll", "ppl"] = "nll"
+) -> Pair | None:
+    """Best and worst candidate, or None when they are too close to be a stable preference.
+
+    chosen = argmin NLL (first on ties), rejected = argmax NLL (last on ties). The gap is
+    max - min of the NLL itself with gap_on="nll" (the authors' release: mean NLL = log-PPL) or
+    of PPL = exp(NLL) with gap_on="ppl" (the paper's text, reward r = -PPL). The pair is kept
+    when gap >= threshold (Appendix A.1 filter, 0.1 in both); a zero gap is never a pair, since
+    it says nothing about which candidate is better. None also when there are fewer than 2.
+    """
+    if threshold < 0:
+        raise ValueError(f"threshold must be >= 0, got {threshold}")
+    if gap_on not in ("nll", "ppl"):
+        raise ValueError(f"gap_on must be 'nll' or 'ppl', got {gap_on!r}")
+    values = [float(s) for s in scores]
+    if any(math.isnan(v) for v in values):
+        raise ValueError("a score is NaN")
+    if len(values) < 2:
+        return None
+    low, high = min(values), max(values)
+    chosen = values.index(low)
+    rejected = len(values) - 1 - values[::-1].index(high)
+    gap = high - low if gap_on == "nll" else math.exp(high) - math.exp(low)
+    if gap == 0 or gap < threshold:
+        return None
+    return Pair(chosen=chosen, rejected=rejected, chosen_score=low, rejected_score=high, gap=gap)
+
+
+def _checked(scores: Sequence[float], success: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
+    if len(scores) != len(success):
+        raise ValueError(f"{len(scores)} scores but {len(success)} success flags")
+    x = np.asarray(scores, dtype=float)
+    if np.isnan(x).any():
+        raise ValueError("a score is NaN")
+    return x, np.asarray(success, dtype=bool)
+
+
+def point_biserial(scores: Sequence[float], success: Sequence[bool]) -> float | None:
+    """Pearson correlation of score with 0/1 success; the premise predicts a negative value.
+
+    None when the scores or the outcomes are constant (the correlation is undefined).
+    """
+    x, y = _checked(scores, success)
+    if len(x) < 2 or np.ptp(x) == 0 or y.all() or not y.any():
+        return None
+    xc, yc = x - x.mean(), y - y.mean()
+    return float((xc @ yc) / math.sqrt((xc @ xc) * (yc @ yc)))
+
+
+def auc(scores: Sequence[float], success: Sequence[bool]) -> float | None:
+    """P(a random successful candidate has lower NLL than a random failed one), ties count 1/2.
+
+    0.5 is chance, 1.0 means NLL ranks every success above every failure. Computed from
+    average ranks (Mann-Whitney U), so pooling many tasks stays O(n log n). None when either
+    class is empty.
+    """
+    x, y = _checked(scores, success)
+    n_success, n_failed = int(y.sum()), int((~y).sum())
+    if n_success == 0 or n_failed == 0:
+        return None
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    group_rank = np.cumsum(counts) - (counts - 1) / 2  # average 1-based rank of each distinct value
+    ranks = group_rank[inverse]
+    failed_above = ranks[~y].sum() - n_failed * (n_failed + 1) / 2  # pairs with failure NLL > success NLL
+    return float(failed_above / (n_success * n_failed))

@@ -1,0 +1,142 @@
+"""Grounder NLL scoring against Hugging Face's own loss, batching invariance and the content mask."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from coalign.agents import Agent, grounder_example
+from coalign.config import TinySpec
+from coalign.formats import lumos_generation_prompt
+from coalign.models import make_tiny_model, render_prompt
+from coalign.stages.score import ActionScore, argument_spans, encode_completion, score_completions
+
+SPEC = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
+EXAMPLES = [
+    grounder_example("Add 3 and 4.", ["Add 3 and 4"], ["R1 = Calculator(3 + 4)"]),
+    grounder_example(
+        "A box holds 28 pens; a seventh are red. How many are not red?",
+        ["Find the red pens", "Subtract them from 28"],
+        ["R1 = Calculator(28 * 1/7)", "R2 = Calculator(28 - R1)"],
+    ),
+    grounder_example(
+        "Solve x + 2 = 5.", ["Set the equation", "Solve it"], ["R1 = SetEquation(x + 2 = 5)", "R2 = SolveEquation(R1)"]
+    ),
+    grounder_example("Count 1, 2, 3.", ["Count"], ["R1 = Count([1, 2, 3])"]),
+    grounder_example("Halve 90.", ["Halve 90"], ["R1 = Calculator(90 / 2)"]),
+]
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory) -> Agent:
+    texts = [lumos_generation_prompt(u) + c for u, c in EXAMPLES]
+    path = make_tiny_model(texts, tmp_path_factory.mktemp("tiny"), SPEC, seed=0)
+    return Agent.load(str(path))
+
+
+def hf_row_loss(agent: Agent, user: str, completion: str) -> tuple[float, int]:
+    """Summed completion NLL and its token count, from the model's own loss on one unpadded row."""
+    tok = agent.tokenizer
+    prompt = render_prompt(tok, user)
+    p = tok(prompt)["input_ids"]
+    ids = tok(prompt + completion + tok.eos_token)["input_ids"]
+    assert ids[: len(p)] == p
+    labels = [-100] * len(p) + ids[len(p) :]
+    with torch.no_grad():
+        loss = agent.model(torch.tensor([ids]), labels=torch.tensor([labels])).loss.item()
+    n = len(ids) - len(p)
+    return loss * n, n
+
+
+def test_scores_equal_hugging_face_loss_row_by_row(agent):
+    users, completions = zip(*EXAMPLES)
+    scores = score_completions(agent, users, completions, batch_size=len(users))
+    for (user, completion), score in zip(EXAMPLES, scores):
+        nll_sum, n = hf_row_loss(agent, user, completion)
+        assert score.n_tokens == n
+        assert score.nll_sum == pytest.approx(nll_sum, rel=1e-4)
+        assert score.value("mean") == pytest.approx(nll_sum / n, rel=1e-4)
+
+
+def test_completion_that_already_ends_with_eos_scores_the_same(agent):
+    user, completion = EXAMPLES[1]
+    plain, with_eos = score_completions(agent, [user, user], [completion, completion + agent.tokenizer.eos_token])
+    assert plain == with_eos
+
+
+def test_batching_padding_and_sorting_do_not_change_scores(agent):
+    users, completions = zip(*(EXAMPLES + EXAMPLES[::-1]))
+    one = score_completions(agent, users, completions, batch_size=1)
+    four = score_completions(agent, users, completions, batch_size=4)
+    assert len(one) == len(four) == len(users)
+    for a, b in zip(one, four):
+        assert (a.n_tokens, a.n_content) == (b.n_tokens, b.n_content)
+        assert b.nll_sum == pytest.approx(a.nll_sum, rel=1e-4)
+        assert b.content_nll_sum == pytest.approx(a.content_nll_sum, rel=1e-4)
+    # input order is kept: the second half is the first half reversed
+    half = len(EXAMPLES)
+    assert [s.n_tokens for s in one[half:]] == [s.n_tokens for s in one[:half]][::-1]
+    assert len({s.n_tokens for s in one[:half]}) > 1
+
+
+def test_argument_spans_allow_parentheses_and_semicolons():
+    text = "R1 = Code(f(2); g(3)); R2, R3 = SolveEquation( x = 2 ); R4 = Define()"
+    assert [text[a:b] for a, b in argument_spans(text)] == ["f(2); g(3)", "x = 2"]
+    assert argument_spans("no actions here") == []
+
+
+def test_content_mask_counts_only_argument_tokens(agent):
+    user, completion = EXAMPLES[1]
+    assert completion == "R1 = Calculator(28 * 1/7); R2 = Calculator(28 - R1)"
+    score = score_completions(agent, [user], [completion])[0]
+    row = encode_completion(agent.tokenizer, user, completion)
+    assert all(i >= row.start for i, c in enumerate(row.content) if c)
+    tokens = [agent.tokenizer.decode([t]) for t, c in zip(row.ids, row.content) if c]
+    assert len(tokens) == score.n_content
+    assert "".join(tokens).replace(" ", "") == "28*1/7" + "28-R1"
+    assert 0 < score.n_content < score.n_tokens
+    assert 0 < score.content_nll_sum < score.nll_sum
+
+
+def test_value_and_ppl_for_each_reduction():
+    score = ActionScore(nll_sum=6.0, n_tokens=3, content_nll_sum=1.0, n_content=2)
+    assert score.value("mean") == 2.0
+    assert score.value("content") == 0.5
+    assert score.value("sum") == 6.0
+    assert score.ppl == pytest.approx(math.exp(2.0))
+    with pytest.raises(ValueError, match="reduction"):
+        score.value("median")
+    with pytest.raises(ValueError, match="content"):
+        ActionScore(1.0, 2, 0.0, 0).value("content")
+
+
+def test_empty_input_returns_empty_list(agent):
+    assert score_completions(agent, [], []) == []
+
+
+def test_mismatched_lengths_are_refused(agent):
+    with pytest.raises(ValueError, match="completions"):
+        score_completions(agent, ["a"], [])
+
+
+class FullLogits:
+    """The tiny model behind a forward without `logits_to_keep`, as some remote-code models have."""
+
+    def __init__(self, model):
+        self.model, self.device = model, model.device
+
+    def forward(self, input_ids, attention_mask, use_cache):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=use_cache)
+
+    __call__ = forward
+
+
+def test_models_without_logits_to_keep_score_the_same(agent):
+    users, completions = zip(*EXAMPLES)
+    trimmed = score_completions(agent, users, completions, batch_size=3)
+    full = score_completions(Agent(FullLogits(agent.model), agent.tokenizer), users, completions, batch_size=3)
+    for a, b in zip(trimmed, full):
+        assert (a.n_tokens, a.n_content) == (b.n_tokens, b.n_content)
+        assert b.nll_sum == pytest.approx(a.nll_sum, rel=1e-4)
