@@ -134,8 +134,12 @@ class MoatSettings(Settings):
     ground_top_p: float = Field(0.95, gt=0, le=1)
     max_new_tokens_ground: int = Field(512, ge=1)
     critic: Literal["execution", "llm", "none"] = "execution"
-    critic_options: dict = Field(default_factory=dict, description="keyword options of the critic (llm: base_url, model, ...)")
-    use_corrected_subgoals: bool = Field(False, description="train on the critic's corrected subgoals (Algorithm 1: no)")
+    critic_options: dict = Field(
+        default_factory=dict, description="keyword options of the critic (llm: base_url, model, ...)"
+    )
+    use_corrected_subgoals: bool = Field(
+        False, description="train on the critic's corrected subgoals (Algorithm 1: no)"
+    )
     mix_ratio: float = Field(1.0, ge=0, description="initial grounder examples per critic-built example (paper 1:1)")
     stage1: bool = Field(True, description="planner DPO; false = the 'w/o stage 1' ablation")
     stage2: bool = Field(True, description="grounder SFT on critic-judged data; false = 'w/o stage 2'")

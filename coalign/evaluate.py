@@ -81,11 +81,20 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
             metrics["grounder_acc_gold_by_style"] = {s: accuracy(v) for s, v in sorted(by_style.items())}
             metrics["style_counts"] = {s: len(v) for s, v in sorted(by_style.items())}
         for row, ga, go, ba, bo in zip(rows, gold_actions, gold_ok, blank_actions, blank_ok):
-            row.update(gold_subgoal_actions=ga, gold_subgoal_correct=go, blank_subgoal_actions=ba, blank_subgoal_correct=bo)
+            row.update(
+                gold_subgoal_actions=ga, gold_subgoal_correct=go, blank_subgoal_actions=ba, blank_subgoal_correct=bo
+            )
     return metrics, rows
 
 
 def split_summary(per_set: dict[str, dict]) -> dict:
     """Plain mean over the evaluation sets of a split, as the paper averages its task metrics."""
-    keys = ["accuracy", "lumos_exact", "grounder_acc_gold_subgoals", "grounder_acc_blank_subgoals", "capability_gap", "plan_well_formed"]
+    keys = [
+        "accuracy",
+        "lumos_exact",
+        "grounder_acc_gold_subgoals",
+        "grounder_acc_blank_subgoals",
+        "capability_gap",
+        "plan_well_formed",
+    ]
     return {k: mean(m[k] for m in per_set.values()) for k in keys if per_set and all(k in m for m in per_set.values())}

@@ -49,7 +49,8 @@ def grounder_prompt(task: str, subgoals: str, domain: str = "maths") -> str:
     """User turn of the onetime grounder: instruction, the domain's tool list, task, subgoals."""
     if domain not in TOOL_PREAMBLES:
         raise KeyError(f"unknown domain {domain!r}; known: {sorted(TOOL_PREAMBLES)}")
-    return f"{GROUNDER_INSTRUCTION}{TOOL_PREAMBLES[domain]}Task: {task.strip()} \nSubgoals to be grounded: {subgoals.strip()}"
+    head = f"{GROUNDER_INSTRUCTION}{TOOL_PREAMBLES[domain]}"
+    return f"{head}Task: {task.strip()} \nSubgoals to be grounded: {subgoals.strip()}"
 
 
 _GROUNDER_RE = re.compile(r"Task: (?P<task>.*) \nSubgoals to be grounded: (?P<subgoals>.*)\Z", re.S)

@@ -49,7 +49,14 @@ def style_table(results: dict) -> Table:
     """Grounder accuracy given gold subgoals, per annotation style (bundled suite only)."""
     table = Table(title="grounder accuracy given gold subgoals, by subgoal style (%)")
     table.add_column("split / set")
-    styles = sorted({s for b in results.values() for m in b.get("sets", {}).values() for s in m.get("grounder_acc_gold_by_style", {})})
+    styles = sorted(
+        {
+            s
+            for b in results.values()
+            for m in b.get("sets", {}).values()
+            for s in m.get("grounder_acc_gold_by_style", {})
+        }
+    )
     for style in styles:
         table.add_column(style, justify="right")
     for split, block in results.items():

@@ -10,7 +10,9 @@ runner = CliRunner()
 
 
 def test_exec_prints_trace_as_json():
-    result = runner.invoke(app, ["exec", "--domain", "maths"], input="R1 = Calculator(28 * 1/7); R2 = Calculator(28 - R1)")
+    result = runner.invoke(
+        app, ["exec", "--domain", "maths"], input="R1 = Calculator(28 * 1/7); R2 = Calculator(28 - R1)"
+    )
     assert result.exit_code == 0
     trace = json.loads(result.stdout)
     assert trace["answer"] == "24" and trace["error"] is None and len(trace["steps"]) == 2

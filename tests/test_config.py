@@ -19,7 +19,9 @@ def test_paper_config_holds_the_papers_sft_settings():
 
 def test_unknown_key_names_file_line_and_key(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text("name: x\ndata:\n  train:\n    - {kind: suite, split: train, n: 10}\nplanner_sft:\n  lernrate: 0.1\n")
+    path.write_text(
+        "name: x\ndata:\n  train:\n    - {kind: suite, split: train, n: 10}\nplanner_sft:\n  lernrate: 0.1\n"
+    )
     with pytest.raises(ConfigError) as err:
         load_config(path)
     message = str(err.value)

@@ -27,8 +27,15 @@ from coalign.tasks import Task
 from coalign.tools.executor import execute
 
 # gold numbering has gaps on purpose: corrections must come back as R1, R2
-TASK = Task("t1", "maths", "toy", "Half of 48, plus 48?", ("Half of 48", "Add 48"),
-            ("R2 = Calculator(48 / 2)", "R5 = Calculator(48 + R2)"), "72")
+TASK = Task(
+    "t1",
+    "maths",
+    "toy",
+    "Half of 48, plus 48?",
+    ("Half of 48", "Add 48"),
+    ("R2 = Calculator(48 / 2)", "R5 = Calculator(48 + R2)"),
+    "72",
+)
 GOLD = "R1 = Calculator(48 / 2); R2 = Calculator(48 + R1)"
 SUBGOALS = ("Half of 48", "Add 48")
 RIGHT = "R1 = Calculator(48 / 2); R2 = Calculator(R1 + 48)"
@@ -118,8 +125,11 @@ def test_make_critic_names() -> None:
             "<think>Maybe Final answer reached? No: Corrected Actions: R9 = Bad()</think>\nFinal answer reached",
             ("reached", None, None),
         ),
-        ("Let me check... the sum is 72 so the final answer reached?\n</think>\nCorrected Actions: R1 = Calculator(72)",
-         ("corrected", None, "R1 = Calculator(72)")),
+        (
+            "Let me check... the sum is 72 so the final answer reached?\n</think>\n"
+            "Corrected Actions: R1 = Calculator(72)",
+            ("corrected", None, "R1 = Calculator(72)"),
+        ),
         ("<think>I will say Final answer reached", ("unparseable", None, None)),  # cut off while thinking
         ("The final answer is not reached.", ("unparseable", None, None)),
         ("", ("unparseable", None, None)),
@@ -240,8 +250,10 @@ def test_reached_keeps_the_generated_actions_and_sends_the_key(server: Server) -
 
 def test_corrected_verdict_gives_reindexed_actions_and_subgoals(server: Server) -> None:
     server.script = [
-        Reply("Corrected Subgoals: Subgoal 1: Halve 48; Subgoal 2: Add 48\n"
-              "Corrected Actions: R3 = Calculator(48/2); R4 = Calculator(R3+48)"),
+        Reply(
+            "Corrected Subgoals: Subgoal 1: Halve 48; Subgoal 2: Add 48\n"
+            "Corrected Actions: R3 = Calculator(48/2); R4 = Calculator(R3+48)"
+        ),
         Reply("Corrected Subgoals: Subgoal 1: x\nCorrected Actions: just add them"),
     ]
     good, bad = critic(server).judge([item(WRONG), item(WRONG)])
@@ -352,8 +364,14 @@ def test_budget_exhaustion(server: Server) -> None:
 
 
 def test_the_key_never_leaks(server: Server) -> None:
-    server.script = [Reply(status=400, echo_auth=True), Reply(status=503), Reply(status=503), Reply(status=503),
-                     Reply(delay_s=0.6), Reply("garbage")]
+    server.script = [
+        Reply(status=400, echo_auth=True),
+        Reply(status=503),
+        Reply(status=503),
+        Reply(status=503),
+        Reply(delay_s=0.6),
+        Reply("garbage"),
+    ]
     llm = critic(server, max_retries=2)
     verdicts = llm.judge([item() for _ in range(4)])
     assert server.auth and all(a == f"Bearer {KEY}" for a in server.auth)

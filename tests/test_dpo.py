@@ -39,8 +39,17 @@ def tiny(tmp_path_factory):
 
 
 def test_dpo_raises_chosen_over_rejected_margin(tiny, tmp_path):
-    settings = DPOSettings(learning_rate=5e-3, beta=0.1, epochs=8, batch_size=4, grad_accum=1, warmup_ratio=0.0,
-                           lr_scheduler="constant", max_length=256, logging_steps=1)
+    settings = DPOSettings(
+        learning_rate=5e-3,
+        beta=0.1,
+        epochs=8,
+        batch_size=4,
+        grad_accum=1,
+        warmup_ratio=0.0,
+        lr_scheduler="constant",
+        max_length=256,
+        logging_steps=1,
+    )
     before = _margin(tiny, TRIPLES)
     out = dpo(tiny, TRIPLES, tmp_path / "dpo", settings, seed=0)
     after = _margin(out, TRIPLES)

@@ -22,7 +22,9 @@ from coalign.tasks.gsm8k import load_gsm8k
 from coalign.tasks.svamp import load_svamp
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real benchmark files not found at {DATA} (../shared/data beside the checkout)")
+needs_data = pytest.mark.skipif(
+    not DATA.is_dir(), reason=f"real benchmark files not found at {DATA} (../shared/data beside the checkout)"
+)
 
 
 def _task(

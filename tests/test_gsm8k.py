@@ -15,7 +15,9 @@ from coalign.tasks.jsonl import read_jsonl
 from coalign.tools.executor import execute
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real GSM8K files not found at {DATA} (../shared/data beside the checkout)")
+needs_data = pytest.mark.skipif(
+    not DATA.is_dir(), reason=f"real GSM8K files not found at {DATA} (../shared/data beside the checkout)"
+)
 
 
 def test_socratic_step_gives_subquestion_and_referenced_action() -> None:
@@ -158,13 +160,20 @@ def test_unsolved_values_are_kept_for_the_gold_report(tmp_path: Path) -> None:
 
 
 def test_gold_answer_drops_thousands_commas(tmp_path: Path) -> None:
-    (task,) = load_gsm8k(_write(tmp_path, [{"question": " Q? ", "answer": "So 1,000 + 1 = <<1000+1=1001>>1,001\n#### 1,001"}]))
+    (task,) = load_gsm8k(
+        _write(tmp_path, [{"question": " Q? ", "answer": "So 1,000 + 1 = <<1000+1=1001>>1,001\n#### 1,001"}])
+    )
     assert (task.question, task.answer, task.actions) == ("Q?", "1001", ("R1 = Calculator(1000+1)",))
 
 
 def test_several_calculations_in_one_step_keep_their_order() -> None:
     _, actions, _ = steps_to_plan(["Q? ** 2+3=<<2+3=5>>5 and 5*4=<<5*4=20>>20, so 20 - 1 = 19 and 19+1=<<19+1=20>>20"])
-    assert actions == ("R1 = Calculator(2+3)", "R2 = Calculator(R1*4)", "R3 = Calculator(R2 - 1)", "R4 = Calculator(R3+1)")
+    assert actions == (
+        "R1 = Calculator(2+3)",
+        "R2 = Calculator(R1*4)",
+        "R3 = Calculator(R2 - 1)",
+        "R4 = Calculator(R3+1)",
+    )
 
 
 def _write(tmp_path: Path, rows: list, name: str = "test.jsonl") -> Path:

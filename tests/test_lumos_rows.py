@@ -16,7 +16,9 @@ from coalign.tasks.lumos import LumosRow, load_lumos_rows, save_lumos_rows, task
 from coalign.tasks.svamp import load_svamp
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real benchmark files not found at {DATA} (../shared/data beside the checkout)")
+needs_data = pytest.mark.skipif(
+    not DATA.is_dir(), reason=f"real benchmark files not found at {DATA} (../shared/data beside the checkout)"
+)
 
 TASK = Task(
     id="t-1",
@@ -37,7 +39,10 @@ def _carried(task: Task) -> Task:
 def test_task_to_rows_shapes() -> None:
     planner, grounder = task_to_rows(TASK)
     assert planner.id == grounder.id == "t-1" and planner.dataset == "gsm8k"
-    assert planner.messages[1]["content"] == "Subgoal 1: How many in May?; Subgoal 2: How many altogether?; Subgoal 3: State the total."
+    assert (
+        planner.messages[1]["content"]
+        == "Subgoal 1: How many in May?; Subgoal 2: How many altogether?; Subgoal 3: State the total."
+    )
     assert grounder.messages[1]["content"] == "R1 = Calculator(48 / 2); R2 = Calculator(48 + R1)"
     assert "Subgoals to be grounded: Subgoal 1: How many in May?" in grounder.messages[0]["content"]
     assert lumos_chat(list(planner.messages)).startswith("<|user|>\nPlease provide a reasonable subgoal-based plan")
@@ -83,7 +88,11 @@ def test_task_without_subgoals_has_no_planner_row() -> None:
         task_to_rows(replace(TASK, subgoals=()))
 
 
-GOOD = {"id": "a", "dataset": "gsm8k", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+GOOD = {
+    "id": "a",
+    "dataset": "gsm8k",
+    "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+}
 
 
 @pytest.mark.parametrize(
@@ -91,15 +100,25 @@ GOOD = {"id": "a", "dataset": "gsm8k", "messages": [{"role": "user", "content": 
     [
         ('{"id": "b", "dataset": ', None, "invalid JSON"),
         (json.dumps({"id": "b", "dataset": "gsm8k"}), "messages", "missing"),
-        (json.dumps({**GOOD, "messages": [GOOD["messages"][0], {"role": 1, "content": "a"}]}), "messages[1].role", "expected str, got int"),
-        (json.dumps({**GOOD, "messages": [{"role": "system", "content": "s"}]}), "messages[0].role", "expected 'user' or 'assistant'"),
+        (
+            json.dumps({**GOOD, "messages": [GOOD["messages"][0], {"role": 1, "content": "a"}]}),
+            "messages[1].role",
+            "expected str, got int",
+        ),
+        (
+            json.dumps({**GOOD, "messages": [{"role": "system", "content": "s"}]}),
+            "messages[0].role",
+            "expected 'user' or 'assistant'",
+        ),
         (json.dumps({**GOOD, "messages": [{"role": "user"}]}), "messages[0].content", "missing"),
         (json.dumps({**GOOD, "messages": ["hi"]}), "messages[0]", "expected an object, got str"),
         (json.dumps({**GOOD, "messages": []}), "messages", "empty"),
         (json.dumps({**GOOD, "id": 7}), "id", "expected str, got int"),
     ],
 )
-def test_malformed_line_names_file_line_and_field(tmp_path: Path, bad_line: str, field: str | None, problem: str) -> None:
+def test_malformed_line_names_file_line_and_field(
+    tmp_path: Path, bad_line: str, field: str | None, problem: str
+) -> None:
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(GOOD) + "\n\n" + bad_line + "\n")
     with pytest.raises(DataError) as info:

@@ -13,8 +13,15 @@ MOAT = {
     **TINY,
     "name": "moat-test",
     "recipe": "moat",
-    "moat": {"rounds": 1, "tasks": 6, "k": 3, "max_new_tokens_plan": 24, "max_new_tokens_ground": 24,
-             "batch_size": 12, "pair_threshold": 0.0},
+    "moat": {
+        "rounds": 1,
+        "tasks": 6,
+        "k": 3,
+        "max_new_tokens_plan": 24,
+        "max_new_tokens_ground": 24,
+        "batch_size": 12,
+        "pair_threshold": 0.0,
+    },
     "planner_dpo": {"learning_rate": 1e-4, "epochs": 1, "batch_size": 4, "grad_accum": 1, "max_length": 512},
     "grounder_round_sft": {"learning_rate": 1e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
 }
@@ -42,8 +49,16 @@ def test_every_stage_leaves_its_artifact(moat_run):
     assert len(verdicts) == 18 and all(v["actions"] for v in verdicts)  # execution critic corrects every failure
     premise = json.loads((run_dir / "round1" / "premise.json").read_text())
     assert premise["candidates"] == 18
-    for stage in ("round1_sample", "round1_score", "round1_pairs", "round1_dpo", "round1_ground", "round1_critic",
-                  "round1_grounder_sft", "round1_eval"):
+    for stage in (
+        "round1_sample",
+        "round1_score",
+        "round1_pairs",
+        "round1_dpo",
+        "round1_ground",
+        "round1_critic",
+        "round1_grounder_sft",
+        "round1_eval",
+    ):
         assert (run_dir / "stages" / f"{stage}.json").exists(), stage
     assert (run_dir / "checkpoints" / "round1_grounder_sft" / "model.safetensors").exists()
 

@@ -52,15 +52,26 @@ def test_prompt_tokens_are_a_prefix_of_prompt_plus_completion(tiny):
 def test_render_prompt_uses_chat_template_when_present(tiny, tmp_path):
     tok = load_tokenizer(tiny)
     assert render_prompt(tok, "Q") == "<|user|>\nQ\n<|assistant|>\n"
-    tok.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
+    tok.chat_template = (
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant] {% endif %}"
+    )
     tok.save_pretrained(tmp_path)
     assert render_prompt(load_tokenizer(tmp_path), "Q") == "[user] Q\n[assistant] "
 
 
 def test_sft_learns_completions_and_generation_returns_them_in_order(tiny, tmp_path):
     torch.manual_seed(0)
-    settings = SFTSettings(learning_rate=3e-3, epochs=60, batch_size=3, grad_accum=1, warmup_ratio=0.0,
-                           lr_scheduler="constant", max_length=128, logging_steps=20)
+    settings = SFTSettings(
+        learning_rate=3e-3,
+        epochs=60,
+        batch_size=3,
+        grad_accum=1,
+        warmup_ratio=0.0,
+        lr_scheduler="constant",
+        max_length=128,
+        logging_steps=20,
+    )
     out = sft(tiny, PAIRS, tmp_path / "sft", settings, seed=0)
     log = json.loads((out / "train_log.json").read_text())
     assert log["losses"][-1] < log["losses"][0] / 4

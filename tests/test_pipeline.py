@@ -15,8 +15,16 @@ TINY = {
         "heldin": [{"kind": "suite", "split": "heldin", "n": 6}],
         "heldout": [{"kind": "suite", "split": "heldout", "n": 6}],
     },
-    "models": {"tiny": {"vocab_size": 400, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2,
-                        "intermediate_size": 64}},
+    "models": {
+        "tiny": {
+            "vocab_size": 400,
+            "hidden_size": 32,
+            "num_layers": 1,
+            "num_heads": 2,
+            "num_kv_heads": 2,
+            "intermediate_size": 64,
+        }
+    },
     "planner_sft": {"learning_rate": 1e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
     "grounder_sft": {"learning_rate": 1e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
     "eval": {"batch_size": 6, "max_new_tokens_plan": 16, "max_new_tokens_ground": 16},

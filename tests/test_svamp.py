@@ -13,7 +13,9 @@ from coalign.tasks.arithmetic import evaluate, number_text, parse
 from coalign.tasks.svamp import equation_to_plan, load_svamp
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "svamp"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real SVAMP file not found at {DATA} (../shared/data beside the checkout)")
+needs_data = pytest.mark.skipif(
+    not DATA.is_dir(), reason=f"real SVAMP file not found at {DATA} (../shared/data beside the checkout)"
+)
 
 
 def test_nested_equation_gives_innermost_first_actions() -> None:
@@ -44,7 +46,14 @@ def test_bad_equations_raise(equation: str) -> None:
         parse(equation)
 
 
-RECORD = {"ID": "x-1", "Body": " Tom has 3 apples. ", "Question": "How many? ", "Equation": "( 3.0 + 0.0 )", "Answer": 3.0, "Type": "Addition"}
+RECORD = {
+    "ID": "x-1",
+    "Body": " Tom has 3 apples. ",
+    "Question": "How many? ",
+    "Equation": "( 3.0 + 0.0 )",
+    "Answer": 3.0,
+    "Type": "Addition",
+}
 
 
 def test_record_to_task(tmp_path: Path) -> None:

@@ -30,9 +30,7 @@ def prepare_run(config: RunConfig, run_dir: str | Path, console: Console) -> Run
     text = config_to_yaml(config)
     saved = run.path("config.yaml")
     if saved.exists() and saved.read_text() != text:
-        raise SystemExit(
-            f"{saved} holds a different config; resume with the same config or use a new --run-dir"
-        )
+        raise SystemExit(f"{saved} holds a different config; resume with the same config or use a new --run-dir")
     atomic_write_text(saved, text)
     if config.threads:
         torch.set_num_threads(config.threads)

@@ -84,7 +84,12 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
             {
                 "id": t.id,
                 "scores": [
-                    {"mean": s.value("mean"), "content": s.value("content"), "sum": s.value("sum"), "tokens": s.n_tokens}
+                    {
+                        "mean": s.value("mean"),
+                        "content": s.value("content"),
+                        "sum": s.value("sum"),
+                        "tokens": s.n_tokens,
+                    }
                     for s in scores[i * k : (i + 1) * k]
                 ],
             }
@@ -128,7 +133,13 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
             run.mark_done(stage, {"pairs": 0, "path": planner}, started)
         else:
             console.print(f"[bold]round {r} stage 1[/bold]: DPO on {len(pairs)} pairs")
-            dpo(planner, [(p["prompt"], p["chosen"], p["rejected"]) for p in pairs], out, config.planner_dpo, config.seed)
+            dpo(
+                planner,
+                [(p["prompt"], p["chosen"], p["rejected"]) for p in pairs],
+                out,
+                config.planner_dpo,
+                config.seed,
+            )
             run.mark_done(stage, {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}, started)
     return run.stage_info(stage)["path"]
 
@@ -187,8 +198,10 @@ def critic_stage(run: Run, r: int, config: RunConfig, tasks, candidates, groundi
     return _rows(path)
 
 
-def grounder_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, verdicts, console: Console) -> str:
-    """Stage 2c: SFT the grounder on critic-built data mixed with its initial data."""
+def grounder_stage(
+    run: Run, r: int, config: RunConfig, grounder: str, tasks, verdicts, initial: list, console: Console
+) -> str:
+    """Stage 2c: SFT the grounder on critic-built data mixed with its initial data (`initial` examples)."""
     by_id = {t.id: t for t in tasks}
     built = [
         (grounder_prompt(by_id[v["id"]].question, format_subgoals(v["subgoals"]), by_id[v["id"]].family), v["actions"])
@@ -196,12 +209,13 @@ def grounder_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, ve
         if v["actions"]
     ]
     rng = random.Random(config.seed * 1000 + r)
-    initial = [grounder_pair(t) for t in load_sources(config.data.train)]
     n_initial = min(len(initial), round(len(built) * config.moat.mix_ratio))
     examples = built + rng.sample(initial, n_initial)
     rng.shuffle(examples)
     console.print(f"[bold]round {r} stage 2[/bold]: {len(built)} critic-built + {n_initial} initial examples")
-    return train_agent(run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console)
+    return train_agent(
+        run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console
+    )
 
 
 def round_premise(tasks, scores, groundings, reduction: str) -> dict:
@@ -240,7 +254,8 @@ def run_moat(config: RunConfig, run_dir: str | Path, console: Console) -> dict:
             groundings = ground_stage(run, r, config, grounder, tasks, candidates)
             premise = round_premise(tasks, scores, groundings, m.score_reduction)
             verdicts = critic_stage(run, r, config, tasks, candidates, groundings)
-            grounder = grounder_stage(run, r, config, grounder, tasks, verdicts, console)
+            initial = [grounder_pair(t) for t in train]
+            grounder = grounder_stage(run, r, config, grounder, tasks, verdicts, initial, console)
         planner = new_planner
         history[f"round{r}"] = evaluate_run(run, config, planner, grounder, console, name=f"round{r}_eval")
         write_json(run.path(f"round{r}", "premise.json"), premise)

@@ -30,9 +30,7 @@ class Pair:
     gap: float
 
 
-def select_pair(
-    scores: Sequence[float], threshold: float = 0.1, gap_on: Literal["nll", "ppl"] = "nll"
-) -> Pair | None:
+def select_pair(scores: Sequence[float], threshold: float = 0.1, gap_on: Literal["nll", "ppl"] = "nll") -> Pair | None:
     """Best and worst candidate, or None when they are too close to be a stable preference.
 
     chosen = argmin NLL (first on ties), rejected = argmax NLL (last on ties). The gap is

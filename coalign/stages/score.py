@@ -164,9 +164,12 @@ def score_completions(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device), use_cache=False, **extra
             ).logits[:, -keep:-1]
             targets = input_ids[:, first:].to(logits.device)
-            nll = F.cross_entropy(
-                logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
-            ).view(len(batch), -1).double().cpu()
+            nll = (
+                F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+                .view(len(batch), -1)
+                .double()
+                .cpu()
+            )
             scored, content = scored[:, first:], content[:, first:] & scored[:, first:]
             sums = torch.where(scored, nll, 0.0).sum(1).tolist()
             content_sums = torch.where(content, nll, 0.0).sum(1).tolist()

@@ -98,7 +98,9 @@ def _operand(tokens: list[str], position: int) -> tuple[Expression, int]:
         inner, position = _operand(tokens, position + 1)
         if token == "+":
             return inner, position
-        return (f"-{inner}" if isinstance(inner, str) and not inner.startswith("-") else Operation("*", "-1", inner)), position
+        return (
+            f"-{inner}" if isinstance(inner, str) and not inner.startswith("-") else Operation("*", "-1", inner)
+        ), position
     if token == "(":
         inner, position = _sum(tokens, position + 1)
         if position >= len(tokens) or tokens[position] != ")":

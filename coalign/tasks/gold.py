@@ -35,8 +35,10 @@ CAUSES = {
     NOT_LAST: "an earlier action gives the gold answer, the last one does not",
     ALGEBRA: "the solution writes the answer as an unknown's value (`x = 18`) that no equation it states gives",
     ROUNDED: "the gold is the last action's value rounded to a whole number (the solution rounds in words)",
-    SCALED: "the gold is the last action's value times or divided by 100 (cents for a dollar working, a percent for a fraction)",
-    NEVER_COMPUTED: "no action gives the gold answer (a unit change, a step in words, a slip in the source, or a wrong gold)",
+    SCALED: "the gold is the last action's value times or divided by 100 "
+    "(cents for a dollar working, a percent for a fraction)",
+    NEVER_COMPUTED: "no action gives the gold answer "
+    "(a unit change, a step in words, a slip in the source, or a wrong gold)",
 }
 
 
@@ -94,7 +96,9 @@ def gold_execution_report(tasks: Iterable[Task]) -> GoldReport:
 
 def diagnose(task: Task, trace: Trace | None) -> GoldFailure:
     """The cause of a miss, checked in the order a fix would need: run, source arithmetic, answer."""
-    unsolved = [f"{name} = {value}" for name, value in task.meta.get("unsolved", []) if numeric_match(value, task.answer)]
+    unsolved = [
+        f"{name} = {value}" for name, value in task.meta.get("unsolved", []) if numeric_match(value, task.answer)
+    ]
     if trace is None:
         if unsolved:
             return GoldFailure(task.id, ALGEBRA, f"no actions; the source writes {unsolved[-1]}")

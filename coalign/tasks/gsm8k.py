@@ -193,7 +193,9 @@ def steps_to_plan(steps: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], l
     return subgoals, actions, calculations
 
 
-def _plan(steps: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], list[tuple[str, str | None, str]], list[tuple[str, str]]]:
+def _plan(
+    steps: list[str],
+) -> tuple[tuple[str, ...], tuple[str, ...], list[tuple[str, str | None, str]], list[tuple[str, str]]]:
     """`steps_to_plan` plus the values written for unknowns (`x = 18`) that no stated equation gave."""
     subgoals: list[str] = []
     actions: list[str] = []
@@ -209,7 +211,12 @@ def _plan(steps: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], list[tupl
             if _ANNOTATION.fullmatch(part):
                 expression, result = parse_annotation(part[2:-2])
                 name = _unknown_before(parts[index - 1]) if index else None
-                if name and result is not None and _PLAIN_NUMBER.fullmatch(expression) and _value(expression) == _value(result):
+                if (
+                    name
+                    and result is not None
+                    and _PLAIN_NUMBER.fullmatch(expression)
+                    and _value(expression) == _value(result)
+                ):
                     # `x = <<10=10>>10`: a bare number; the equations stated so far may give it instead
                     if not algebra.read(name, result, len(calculations), actions, calculations):
                         _add_calculation(expression, result, "annotation", actions, calculations)

@@ -40,7 +40,15 @@ def type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def require(row: dict, field: str, type_: type | tuple[type, ...], path: str | Path, line: int | None, *, label: str | None = None) -> Any:
+def require(
+    row: dict,
+    field: str,
+    type_: type | tuple[type, ...],
+    path: str | Path,
+    line: int | None,
+    *,
+    label: str | None = None,
+) -> Any:
     """`row[field]` if present and of `type_`, else DataError naming file, line and field.
 
     `label` names the field in the message when it sits inside a larger record (`messages[1].role`).

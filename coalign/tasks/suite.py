@@ -734,8 +734,11 @@ def _draw(rng: random.Random, templates: dict[str, Callable[[random.Random], _Dr
         draft = templates[name](rng)
         numbers = _numbers(" ".join(s.text for s in draft.story) + " " + draft.question)
         literals = [o for step in draft.steps for o in (step.left, step.right) if isinstance(o, int)]
-        if 2 <= len(draft.steps) <= 4 and min(literals) >= 2 and len(numbers) == len(set(numbers)) and _evaluate(
-            draft.steps
+        if (
+            2 <= len(draft.steps) <= 4
+            and min(literals) >= 2
+            and len(numbers) == len(set(numbers))
+            and _evaluate(draft.steps)
         ):
             return name, draft, _weighted(rng, DISTRACTOR_COUNTS)
 
