@@ -1,0 +1,54 @@
+"""What the SFT and DPO stages share: trainer arguments from our settings, train, save, log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers.utils import logging as hf_logging
+
+from coalign.config import DPOSettings, SFTSettings
+
+
+def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> dict:
+    """Keyword arguments common to TRL's SFTConfig and DPOConfig."""
+    return dict(
+        output_dir=str(out / "trainer"),
+        num_train_epochs=settings.epochs,
+        learning_rate=settings.learning_rate,
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum,
+        warmup_steps=settings.warmup_ratio,  # a float below 1 is a ratio in transformers 5
+        lr_scheduler_type=settings.lr_scheduler,
+        weight_decay=settings.weight_decay,
+        max_length=settings.max_length,
+        logging_steps=settings.logging_steps,
+        save_strategy="no",
+        report_to=[],
+        seed=seed,
+        data_seed=seed,
+        bf16=settings.bf16,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+
+
+def train_and_save(make_trainer, tokenizer, out: Path, **log) -> Path:
+    """Build the trainer quietly, train, save model and tokenizer (padded left again), write train_log.json."""
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        trainer = make_trainer()
+        result = trainer.train()
+    finally:
+        hf_logging.set_verbosity(previous)
+    tokenizer.padding_side = "left"
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    rows = [row for row in trainer.state.log_history if "loss" in row]
+    record = {"train_loss": result.training_loss, "losses": [row["loss"] for row in rows], "steps": result.global_step}
+    if any("rewards/accuracies" in row for row in rows):
+        record["reward_accuracies"] = [row["rewards/accuracies"] for row in rows if "rewards/accuracies" in row]
+    (out / "train_log.json").write_text(json.dumps({**record, **log}))
+    return out
