@@ -75,9 +75,10 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
         started = time.time()
         users, completions = [], []
         for task, cands in zip(tasks, candidates):
+            gold = grounder_pair(task)[1]
             for cand in cands:
                 users.append(grounder_prompt(task.question, cand, task.family))
-                completions.append(grounder_pair(task)[1])
+                completions.append(gold)
         scores = score_completions(Agent.load(grounder), users, completions, config.moat.batch_size)
         k = config.moat.k
         rows = [
