@@ -105,10 +105,60 @@ def eval_(
     _show(evaluate_run(run, cfg, planner, grounder, console))
 
 
+def _ints(text: str, option: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{option} takes comma-separated integers, got {text!r}") from None
+
+
+def _default_workers() -> int:
+    """One job per CPU core on a CPU machine; one at a time on a GPU, which one job already fills."""
+    import os
+
+    import torch
+
+    return 1 if torch.cuda.is_available() else max(1, os.cpu_count() or 1)
+
+
+def _bench(config: str, run_dir: Path, seeds: list[int], recipes: list[str], workers: int | None, sets: list[str]):
+    from rich.markdown import Markdown
+
+    from coalign.bench import run_bench
+    from coalign.bench_report import report_markdown
+
+    cfg = _config(config, sets)
+    started = time.time()
+    try:
+        results = run_bench(cfg, run_dir, seeds, recipes, workers or _default_workers(), console)
+    except (DataError, ValueError) as err:
+        raise _fail(err) from None
+    console.print(Markdown(report_markdown(results)))
+    console.print(f"wall time {time.time() - started:.0f} s")
+
+
+@app.command()
+def bench(
+    config: Annotated[str, typer.Argument(help="YAML config path, or a bundled config name")] = "tiny",
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="bench folder")] = Path("runs/bench"),
+    seeds: Annotated[str, typer.Option(help="comma-separated seeds")] = "0,1,2",
+    recipes: Annotated[str, typer.Option(help="comma-separated: lumos, moat, moat_no_stage1, ...")] = "",
+    k_sweep: Annotated[str, typer.Option("--k-sweep", help="comma-separated K values run as moat_k<K>")] = "",
+    workers: Annotated[Optional[int], typer.Option(help="jobs side by side (default: CPU cores; 1 on GPU)")] = None,
+    set_: SetOpt = [],  # noqa: B006
+) -> None:
+    """Lumos vs MOAT vs its ablations over seeds, from shared cold starts: results.json, report.md, plots."""
+    from coalign.bench import DEFAULT_RECIPES
+
+    names = [r.strip() for r in recipes.split(",") if r.strip()] or list(DEFAULT_RECIPES)
+    names += [f"moat_k{k}" for k in _ints(k_sweep, "--k-sweep")]
+    _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_)
+
+
 @app.command()
 def demo(run_dir: RunDirOpt = Path("runs/demo"), set_: SetOpt = []) -> None:  # noqa: B006
-    """The bundled default: tiny planner and grounder trained from scratch on the bundled suite."""
-    train("tiny", run_dir, set_)
+    """The bundled default: tiny planner and grounder from scratch, then MOAT rounds vs the Lumos baseline."""
+    _bench("tiny", run_dir, [0], ["lumos", "moat"], None, set_)
 
 
 @app.command("exec")

@@ -157,6 +157,9 @@ class RunConfig(Settings):
     grounder_sft: SFTSettings = SFTSettings()
     planner_dpo: DPOSettings = DPOSettings()
     grounder_round_sft: SFTSettings = SFTSettings()
+    planner_round_sft: SFTSettings = Field(
+        SFTSettings(), description="the Lumos baseline's planner SFT per matched round (bench); MOAT uses DPO"
+    )
     moat: MoatSettings = MoatSettings()
     eval: EvalSettings = EvalSettings()
 

@@ -13,8 +13,9 @@ from statistics import mean
 
 from coalign.agents import Agent, ground, plan
 from coalign.config import EvalSettings
-from coalign.formats import FormatError, format_subgoals, parse_subgoals
+from coalign.formats import FormatError, format_actions, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.metrics import accuracy, lumos_exact_match, numeric_match
+from coalign.stages.score import score_completions
 from coalign.tasks import Task
 from coalign.tasks.suite import BLANK_SUBGOAL
 from coalign.tools.executor import execute
@@ -35,6 +36,17 @@ def _score(tasks: Sequence[Task], action_texts: Sequence[str]) -> tuple[list, li
     return traces, ok, exact
 
 
+def grounding_ppl(grounder: Agent, tasks: Sequence[Task], plans: Sequence[str], batch_size: int) -> list[float]:
+    """Per task, the grounder's perplexity of the gold actions given the planner's subgoals (Table 4).
+
+    Lower means the plan is one the grounder can ground into the right actions; MOAT's stage 1
+    reward is this quantity, so its fall over rounds is the paper's evidence of alignment.
+    """
+    users = [grounder_prompt(t.question, p, t.family) for t, p in zip(tasks, plans, strict=True)]
+    gold = [format_actions(list(t.actions)) for t in tasks]
+    return [s.ppl for s in score_completions(grounder, users, gold, batch_size, desc="grounding PPL")]
+
+
 def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], settings: EvalSettings, name: str):
     """Metrics and per-task prediction rows for one evaluation set."""
     questions = [t.question for t in tasks]
@@ -42,11 +54,13 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
     plans = plan(planner, questions, plan_len, b)
     actions = ground(grounder, questions, plans, ground_len, b, desc=f"{name}: grounder on planner subgoals")
     traces, ok, exact = _score(tasks, actions)
+    ppl = grounding_ppl(grounder, tasks, plans, b)
     metrics: dict = {
         "n": len(tasks),
         "accuracy": accuracy(ok),
         "lumos_exact": accuracy(exact),
         "plan_well_formed": accuracy(_is_plan(p) for p in plans),
+        "grounding_ppl": mean(ppl),
     }
     rows = [
         {
@@ -60,8 +74,9 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
             "error": tr.error,
             "correct": c,
             "lumos_exact": e,
+            "grounding_ppl": x,
         }
-        for t, p, a, tr, c, e in zip(tasks, plans, actions, traces, ok, exact)
+        for t, p, a, tr, c, e, x in zip(tasks, plans, actions, traces, ok, exact, ppl)
     ]
     if settings.diagnostics:
         gold = [format_subgoals(t.subgoals) for t in tasks]
@@ -96,5 +111,6 @@ def split_summary(per_set: dict[str, dict]) -> dict:
         "grounder_acc_blank_subgoals",
         "capability_gap",
         "plan_well_formed",
+        "grounding_ppl",
     ]
     return {k: mean(m[k] for m in per_set.values()) for k in keys if per_set and all(k in m for m in per_set.values())}

@@ -11,16 +11,25 @@ COLUMNS = [
     ("grounder_acc_blank_subgoals", "blank sg"),
     ("capability_gap", "gap"),
     ("plan_well_formed", "plans ok"),
+    ("grounding_ppl", "ppl"),
 ]
+NOT_PERCENT = {"grounding_ppl"}
 LEGEND = (
     "acc: end-to-end accuracy (numeric match); exact: Lumos exact string match; gold sg / blank sg: "
     "grounder accuracy given the gold / blanked subgoals; gap: capability gap = gold sg - acc; "
-    "plans ok: planner outputs that parse as subgoal sequences"
+    "plans ok: planner outputs that parse as subgoal sequences; ppl: grounder perplexity of the gold actions given "
+    "the planner's subgoals (mean over tasks; not a percentage)"
 )
 
 
 def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
+
+
+def _cell(key: str, value) -> str:
+    if key in NOT_PERCENT:
+        return "-" if value is None else f"{value:.3f}"
+    return _pct(value)
 
 
 def eval_rows(results: dict) -> list[list[str]]:
@@ -29,10 +38,10 @@ def eval_rows(results: dict) -> list[list[str]]:
     for split in ("heldin", "heldout"):
         block = results.get(split, {})
         for name, m in block.get("sets", {}).items():
-            rows.append([split, name, str(m["n"])] + [_pct(m.get(k)) for k, _ in COLUMNS])
+            rows.append([split, name, str(m["n"])] + [_cell(k, m.get(k)) for k, _ in COLUMNS])
         if block.get("sets"):
             avg = block["average"]
-            rows.append([split, "average", ""] + [_pct(avg.get(k)) for k, _ in COLUMNS])
+            rows.append([split, "average", ""] + [_cell(k, avg.get(k)) for k, _ in COLUMNS])
     return rows
 
 

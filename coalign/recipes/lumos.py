@@ -7,6 +7,7 @@ Each stage leaves its output in the run folder and is skipped when already finis
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
@@ -95,16 +96,58 @@ def evaluate_run(
     return results
 
 
+def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str, console: Console) -> str:
+    """Independent SFT of one agent ("planner" or "grounder") on ground truth; returns its checkpoint."""
+    planner_init, grounder_init = initial_models(run, config, train, console)
+    if agent == "planner":
+        examples = [planner_pair(t) for t in train]
+        return train_agent(run, "planner_sft", planner_init, examples, config.planner_sft, config.seed, console)
+    if agent == "grounder":
+        examples = [grounder_pair(t) for t in train]
+        return train_agent(run, "grounder_sft", grounder_init, examples, config.grounder_sft, config.seed, console)
+    raise ValueError(f"agent must be planner or grounder, got {agent!r}")
+
+
 def cold_start(run: Run, config: RunConfig, train: list[Task], console: Console) -> tuple[str, str]:
     """Independent SFT of both agents on ground truth; returns the two checkpoints."""
-    planner_init, grounder_init = initial_models(run, config, train, console)
-    planner = train_agent(
-        run, "planner_sft", planner_init, [planner_pair(t) for t in train], config.planner_sft, config.seed, console
-    )
-    grounder = train_agent(
-        run, "grounder_sft", grounder_init, [grounder_pair(t) for t in train], config.grounder_sft, config.seed, console
-    )
-    return planner, grounder
+    planner = cold_start_agent(run, config, train, "planner", console)
+    return planner, cold_start_agent(run, config, train, "grounder", console)
+
+
+def round_tasks(config: RunConfig, train: list[Task]) -> list[Task]:
+    """The training tasks a round works on: the first `moat.tasks` (all when unset)."""
+    return train[: config.moat.tasks] if config.moat.tasks else train
+
+
+def matched_rounds(
+    run: Run, config: RunConfig, train: list[Task], planner: str, grounder: str, round0: dict, console: Console
+) -> dict:
+    """The Agent Lumos baseline at MOAT's training budget: as many rounds, each continuing SFT on gold data.
+
+    Per round, the planner trains on the round's tasks' gold subgoals (`planner_round_sft`, where
+    MOAT runs DPO on at most one pair per task) and the grounder on as many gold examples as MOAT's
+    stage 2 builds with the execution critic (K per task, plus the mixed-in initial data), with
+    MOAT's `grounder_round_sft` settings. So the gain of MOAT over this is what its data adds, not
+    more steps.
+    """
+    history = {"round0": round0}
+    tasks, m = round_tasks(config, train), config.moat
+    built = len(tasks) * m.k
+    n_grounder = built + min(len(train), round(built * m.mix_ratio))
+    for r in range(1, m.rounds + 1):
+        planner = train_agent(
+            run, f"round{r}_planner_sft", planner, [planner_pair(t) for t in tasks], config.planner_round_sft,
+            config.seed, console,
+        )  # fmt: skip
+        pool = [grounder_pair(t) for t in train]
+        random.Random(config.seed * 1000 + r).shuffle(pool)  # per round, so a resumed run draws the same
+        examples = [pool[i % len(pool)] for i in range(n_grounder)]
+        grounder = train_agent(
+            run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console
+        )
+        history[f"round{r}"] = evaluate_run(run, config, planner, grounder, console, name=f"round{r}_eval")
+    write_json(run.path("rounds.json"), history)
+    return history
 
 
 def run_lumos(config: RunConfig, run_dir: str | Path, console: Console) -> dict:

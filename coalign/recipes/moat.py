@@ -29,7 +29,7 @@ from coalign.agents import Agent, generate
 from coalign.config import RunConfig
 from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals, planner_prompt
 from coalign.metrics import numeric_match
-from coalign.recipes.lumos import cold_start, evaluate_run, grounder_pair, prepare_run, train_agent
+from coalign.recipes.lumos import cold_start, evaluate_run, grounder_pair, prepare_run, round_tasks, train_agent
 from coalign.runs import Run, read_json, write_json, write_jsonl
 from coalign.stages.critic import CriticInput, make_critic
 from coalign.stages.dpo import dpo
@@ -239,8 +239,17 @@ def run_moat(config: RunConfig, run_dir: str | Path, console: Console) -> dict:
     run = prepare_run(config, run_dir, console)
     train = load_sources(config.data.train)
     planner, grounder = cold_start(run, config, train, console)
-    history = {"round0": evaluate_run(run, config, planner, grounder, console, name="round0_eval")}
-    tasks = train[: config.moat.tasks] if config.moat.tasks else train
+    round0 = evaluate_run(run, config, planner, grounder, console, name="round0_eval")
+    return moat_rounds(run, config, train, planner, grounder, round0, console)
+
+
+def moat_rounds(
+    run: Run, config: RunConfig, train: list[Task], planner: str, grounder: str, round0: dict, console: Console
+) -> dict:
+    """Algorithm 1's loop from cold-start checkpoints; returns the evaluation after every round."""
+    history = {"round0": round0}
+    tasks = round_tasks(config, train)
+    initial = [grounder_pair(t) for t in train]
     m = config.moat
     for r in range(1, m.rounds + 1):
         candidates = sample_stage(run, r, config, planner, tasks)
@@ -255,7 +264,6 @@ def run_moat(config: RunConfig, run_dir: str | Path, console: Console) -> dict:
             groundings = ground_stage(run, r, config, grounder, tasks, candidates)
             premise = round_premise(tasks, scores, groundings, m.score_reduction)
             verdicts = critic_stage(run, r, config, tasks, candidates, groundings)
-            initial = [grounder_pair(t) for t in train]
             grounder = grounder_stage(run, r, config, grounder, tasks, verdicts, initial, console)
         planner = new_planner
         history[f"round{r}"] = evaluate_run(run, config, planner, grounder, console, name=f"round{r}_eval")

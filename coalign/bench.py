@@ -1,0 +1,146 @@
+"""`coalign bench`: the paper's comparisons on one config, several seeds, one folder.
+
+    for each seed: cold start (Agent Lumos SFT of both agents), evaluated as round 0
+    from that cold start, each recipe runs its rounds:
+        lumos           the baseline at MOAT's training budget (matched SFT rounds on gold data)
+        moat            Algorithm 1
+        moat_no_stage1  / moat_no_stage2 / moat_no_critic: the paper's ablations
+        moat_k{K}       MOAT with K candidates per task (the K sweep, Figure 3)
+    results.json, report.md (Tables 2, 3 and 4 analogues, the premise and the capability gap)
+    and rounds.png / k_sweep.png
+
+Recipes of one seed share its cold start, so they differ only in what their rounds do. Jobs
+that do not depend on each other run side by side (`workers`), each in its own run folder
+with its own log, so any of them resumes on its own after a kill.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from coalign.config import RunConfig
+from coalign.parallel import Job, run_jobs
+from coalign.recipes.lumos import cold_start_agent, evaluate_run, initial_models, matched_rounds, prepare_run
+from coalign.recipes.moat import moat_rounds
+from coalign.runs import Run, read_json, write_json
+from coalign.tasks.sources import load_sources
+
+ABLATIONS: dict[str, dict] = {
+    "moat_no_stage1": {"stage1": False},
+    "moat_no_stage2": {"stage2": False},
+    "moat_no_critic": {"critic": "none"},
+}
+DEFAULT_RECIPES = ("lumos", "moat", *ABLATIONS)
+
+
+def recipe_config(config: RunConfig, recipe: str, seed: int) -> RunConfig:
+    """The config one (recipe, seed) runs with: the base config, its seed, and the recipe's settings."""
+    moat = config.moat.model_dump()
+    if recipe in ABLATIONS:
+        moat.update(ABLATIONS[recipe])
+    elif recipe.startswith("moat_k") and recipe[6:].isdigit():
+        moat["k"] = int(recipe[6:])
+    elif recipe not in ("lumos", "moat"):
+        known = ", ".join([*DEFAULT_RECIPES, "moat_k<K>"])
+        raise ValueError(f"unknown recipe {recipe!r}; known: {known}")
+    data = config.model_dump()
+    data.update(seed=seed, recipe="lumos" if recipe == "lumos" else "moat", moat=moat, name=f"{config.name}-{recipe}")
+    return RunConfig.model_validate(data)
+
+
+def _cold_config(config: RunConfig, seed: int) -> RunConfig:
+    return RunConfig.model_validate({**config.model_dump(), "seed": seed, "recipe": "lumos"})
+
+
+def _cold_agent(config: RunConfig, cold_dir: Path, agent: str) -> str:
+    return cold_start_agent(Run(cold_dir), config, load_sources(config.data.train), agent, Console())
+
+
+def _cold_eval(config: RunConfig, cold_dir: Path) -> dict:
+    run = Run(cold_dir)
+    planner, grounder = (str(run.path("checkpoints", f"{a}_sft")) for a in ("planner", "grounder"))
+    return evaluate_run(run, config, planner, grounder, Console(), name="round0_eval")
+
+
+def _recipe_rounds(config: RunConfig, cold_dir: Path, recipe_dir: Path, round0: dict) -> dict:
+    console = Console()
+    run = prepare_run(config, recipe_dir, console)
+    cold = Run(cold_dir)
+    planner, grounder = (str(cold.path("checkpoints", f"{a}_sft")) for a in ("planner", "grounder"))
+    rounds = matched_rounds if config.recipe == "lumos" else moat_rounds
+    return rounds(run, config, load_sources(config.data.train), planner, grounder, round0, console)
+
+
+def _round_records(run: Run, rounds: int) -> dict:
+    """Per round: the premise (PPL vs success), DPO and pair statistics, as recorded by the stages."""
+    out = {}
+    for r in range(1, rounds + 1):
+        record = {}
+        premise = run.path(f"round{r}", "premise.json")
+        if premise.exists():
+            record["premise"] = read_json(premise)
+        for stage in ("pairs", "dpo", "critic"):
+            if run.is_done(f"round{r}_{stage}"):
+                info = run.stage_info(f"round{r}_{stage}")
+                record[stage] = {k: v for k, v in info.items() if k not in ("losses", "stage", "finished_at")}
+        out[f"round{r}"] = record
+    return out
+
+
+def run_bench(
+    config: RunConfig, root: str | Path, seeds: list[int], recipes: list[str], workers: int, console: Console
+) -> dict:
+    """Run every (seed, recipe), resuming finished work; write results.json, report.md and the plots."""
+    from coalign.bench_report import write_report
+
+    root, started = Path(root), time.time()
+    configs = {(s, r): recipe_config(config, r, s) for s in seeds for r in recipes}  # unknown recipes fail here
+    cold = {s: root / f"seed{s}" / "cold_start" for s in seeds}
+    for s in seeds:
+        cold_config = _cold_config(config, s)
+        initial_models(
+            prepare_run(cold_config, cold[s], console), cold_config, load_sources(config.data.train), console
+        )
+    jobs = [
+        Job(f"seed {s} {agent} SFT", _cold_agent, (_cold_config(config, s), cold[s], agent), cold[s] / f"{agent}.log")
+        for agent in ("grounder", "planner")  # longest first
+        for s in seeds
+    ]
+    run_jobs(jobs, workers, "cold start")
+    round0 = run_jobs(
+        [Job(f"seed {s} round 0", _cold_eval, (_cold_config(config, s), cold[s]), cold[s] / "eval.log") for s in seeds],
+        workers,
+        "round 0 evaluation",
+    )
+    keys = list(configs)
+    histories = run_jobs(
+        [
+            Job(
+                f"seed {s} {r}",
+                _recipe_rounds,
+                (configs[s, r], cold[s], root / f"seed{s}" / r, round0[seeds.index(s)]),
+                root / f"seed{s}" / r / "run.log",
+            )
+            for s, r in keys
+        ],
+        workers,
+        "recipes",
+    )
+    runs: dict = {r: {} for r in recipes}
+    for (s, r), history in zip(keys, histories):
+        runs[r][str(s)] = {"rounds": history, "stages": _round_records(Run(root / f"seed{s}" / r), config.moat.rounds)}
+    results = {
+        "config": config.model_dump(),
+        "seeds": seeds,
+        "recipes": recipes,
+        "k": {r: configs[seeds[0], r].moat.k for r in recipes},
+        "runs": runs,
+        "wall_seconds": round(time.time() - started, 1),
+    }
+    write_json(root / "results.json", results)
+    write_report(results, root)
+    console.print(f"[bold]bench[/bold] results in {root}: results.json, report.md, plots")
+    return results

@@ -1,0 +1,266 @@
+"""The bench's report: mean ± std over seeds, as markdown tables and PNG plots, from results.json alone.
+
+Pure functions from the results dict to tables; matplotlib only at the edge (`write_report`).
+Accuracies are percentages, perplexities raw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import mean, stdev
+
+from coalign.runs import atomic_write_text
+
+NAMES = {
+    "lumos": "Lumos (matched budget)",
+    "moat": "MOAT",
+    "moat_no_stage1": "MOAT w/o stage 1",
+    "moat_no_stage2": "MOAT w/o stage 2",
+    "moat_no_critic": "MOAT w/o critic",
+}
+COLD = "Lumos (cold start)"
+
+
+def name(recipe: str) -> str:
+    return NAMES.get(recipe, f"MOAT K={recipe[6:]}" if recipe.startswith("moat_k") else recipe)
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    return mean(values), (stdev(values) if len(values) > 1 else 0.0)
+
+
+def fmt(values: list[float], percent: bool = True) -> str:
+    if not values:
+        return "-"
+    m, s = mean_std([100 * v for v in values] if percent else values)
+    digits = 1 if percent else 3
+    return f"{m:.{digits}f} ± {s:.{digits}f}" if len(values) > 1 else f"{m:.{digits}f}"
+
+
+def rounds_of(results: dict) -> list[str]:
+    return [f"round{r}" for r in range(results["config"]["moat"]["rounds"] + 1)]
+
+
+def values(results: dict, recipe: str, round_: str, split: str, metric: str, dataset: str | None = None) -> list:
+    """One metric over the seeds: a split's average, or one evaluation set's value."""
+    out = []
+    for run in results["runs"].get(recipe, {}).values():
+        block = run["rounds"].get(round_, {}).get(split, {})
+        m = block.get("sets", {}).get(dataset, {}) if dataset else block.get("average", {})
+        if metric in m:
+            out.append(m[metric])
+    return out
+
+
+def datasets(results: dict, split: str) -> list[str]:
+    for recipe in results["runs"].values():
+        for run in recipe.values():
+            return list(run["rounds"]["round0"][split]["sets"])
+    return []
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def _columns(results: dict) -> list[tuple[str, str | None]]:
+    """(split, dataset or None for the split's average), as the paper's Table 2 orders them."""
+    cols: list[tuple[str, str | None]] = []
+    for split in ("heldin", "heldout"):
+        cols += [(split, d) for d in datasets(results, split)] + [(split, None)]
+    return cols
+
+
+def _headers(cols) -> list[str]:
+    return [f"{d} ({s})" if d else f"{s} avg" for s, d in cols]
+
+
+def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: str = "accuracy") -> str:
+    """Final-round metric per evaluation set and per split average (Tables 2 and 3)."""
+    final, cols = rounds_of(results)[-1], _columns(results)
+    rows = []
+    first = next((r for r in recipes if r in results["runs"]), None)
+    if with_cold and first:
+        rows.append([COLD] + [fmt(values(results, first, "round0", s, metric, d)) for s, d in cols])
+    for recipe in recipes:
+        if recipe in results["runs"]:
+            rows.append([name(recipe)] + [fmt(values(results, recipe, final, s, metric, d)) for s, d in cols])
+    return _table(["method"] + _headers(cols), rows)
+
+
+def ppl_table(results: dict, recipes: list[str]) -> str:
+    """Grounding PPL of the gold actions given the planner's subgoals, before and after the rounds (Table 4)."""
+    final, cols = rounds_of(results)[-1], _columns(results)
+    rows = []
+    for recipe in recipes:
+        if recipe in results["runs"]:
+            for label, round_ in (("round 0", "round0"), (final.replace("round", "round "), final)):
+                row = [f"{name(recipe)}, {label}"]
+                row += [fmt(values(results, recipe, round_, s, "grounding_ppl", d), percent=False) for s, d in cols]
+                rows.append(row)
+    return _table(["method"] + _headers(cols), rows)
+
+
+def per_round_table(results: dict, recipes: list[str]) -> str:
+    """Accuracy, grounding PPL and capability gap after every round (Figure 4 in numbers)."""
+    rows = []
+    for recipe in recipes:
+        if recipe not in results["runs"]:
+            continue
+        for round_ in rounds_of(results):
+            row = [name(recipe), round_.replace("round", "")]
+            for split in ("heldin", "heldout"):
+                row += [
+                    fmt(values(results, recipe, round_, split, "accuracy")),
+                    fmt(values(results, recipe, round_, split, "grounder_acc_gold_subgoals")),
+                    fmt(values(results, recipe, round_, split, "capability_gap")),
+                    fmt(values(results, recipe, round_, split, "grounding_ppl"), percent=False),
+                ]
+            rows.append(row)
+    headers = ["method", "round"]
+    for split in ("held-in", "held-out"):
+        headers += [f"{split} acc", f"{split} gold-sg acc", f"{split} gap", f"{split} PPL"]
+    return _table(headers, rows)
+
+
+def premise_table(results: dict, recipes: list[str]) -> str:
+    """Per round: does a candidate's grounder NLL predict its grounding's success? And what stage 1 kept."""
+    rows = []
+    for recipe in recipes:
+        for round_ in rounds_of(results)[1:]:
+            stages = [run["stages"].get(round_, {}) for run in results["runs"].get(recipe, {}).values()]
+            premise = [s["premise"] for s in stages if s.get("premise")]
+            pairs = [s["pairs"] for s in stages if "pairs" in s]
+            dpo = [s["dpo"] for s in stages if s.get("dpo", {}).get("reward_accuracies")]
+            if not (premise or pairs):
+                continue
+            rows.append(
+                [
+                    name(recipe),
+                    round_.replace("round", ""),
+                    fmt([p["nll_success_auc"] for p in premise if p.get("nll_success_auc") is not None], False),
+                    fmt(
+                        [
+                            p["nll_success_point_biserial"]
+                            for p in premise
+                            if p.get("nll_success_point_biserial") is not None
+                        ],
+                        False,
+                    ),  # noqa: E501
+                    fmt([p["grounding_success_rate"] for p in premise]),
+                    fmt([p["kept_fraction"] for p in pairs]),
+                    fmt([d["reward_accuracies"][-1] for d in dpo]),
+                ]
+            )
+    headers = ["method", "round", "AUC (low NLL → success)", "point-biserial r", "candidates grounded right (%)"]
+    return _table(headers + ["pairs kept (%)", "DPO reward acc, last log (%)"], rows)
+
+
+def report_markdown(results: dict) -> str:
+    """The whole report: what ran, then one table per claim."""
+    recipes = results["recipes"]
+    main = [r for r in ("lumos", "moat") if r in recipes]
+    ablations = [r for r in recipes if r == "moat" or r.startswith("moat_no_")]
+    sweep = [r for r in recipes if r.startswith("moat_k")]
+    seeds = results["seeds"]
+    cfg = results["config"]
+    lines = [
+        f"# coalign bench: {cfg['name']}",
+        "",
+        f"Seeds {', '.join(map(str, seeds))}; values are mean ± sample std over seeds. "
+        f"{cfg['moat']['rounds']} rounds on {cfg['moat']['tasks'] or 'all'} training tasks, K={cfg['moat']['k']}, "
+        f"critic `{cfg['moat']['critic']}`. Wall time of this invocation: {results['wall_seconds']:.0f} s.",
+        "",
+        "## Main result (Table 2 analogue): end-to-end accuracy (%) after the last round",
+        "",
+        accuracy_table(results, main, with_cold=True),
+        "",
+    ]
+    if len(ablations) > 1:
+        lines += ["## Ablations (Table 3 analogue): accuracy (%) after the last round", ""]
+        lines += [accuracy_table(results, ablations, with_cold=False), ""]
+    lines += [
+        "## Grounding PPL of the gold actions given the planner's subgoals (Table 4 analogue; lower is better)",
+        "",
+        ppl_table(results, main),
+        "",
+        "## Every round (Figure 4 in numbers): accuracy, grounder accuracy on gold subgoals, capability gap "
+        "(gold-sg acc − acc), PPL",
+        "",
+        per_round_table(results, [r for r in recipes if not r.startswith("moat_k")]),
+        "",
+        "## The premise, per round: grounder NLL of the gold actions vs the candidate's grounding success",
+        "",
+        "AUC: the chance that a successful candidate has a lower NLL than a failed one (0.5 = no signal).",
+        "",
+        premise_table(results, [r for r in recipes if r != "lumos"]),
+        "",
+    ]
+    if sweep:
+        lines += ["## K sweep (Figure 3 analogue): accuracy (%) after the last round", ""]
+        order = sorted(sweep + (["moat"] if "moat" in recipes else []), key=lambda r: results["k"][r])
+        lines += [accuracy_table(results, order, with_cold=False), ""]
+    return "\n".join(lines)
+
+
+def _plot_rounds(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recipes = [r for r in results["recipes"] if not r.startswith("moat_k")]
+    rounds = rounds_of(results)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    panels = [("heldin", "accuracy", "held-in accuracy (%)"), ("heldout", "accuracy", "held-out accuracy (%)")]
+    panels.append(("heldin", "grounding_ppl", "held-in grounding PPL"))
+    for ax, (split, metric, title) in zip(axes, panels):
+        scale = 100 if metric == "accuracy" else 1
+        for recipe in recipes:
+            stats = [
+                mean_std([scale * v for v in values(results, recipe, r, split, metric)] or [float("nan")])
+                for r in rounds
+            ]
+            ax.errorbar(
+                range(len(rounds)), [m for m, _ in stats], yerr=[s for _, s in stats], label=name(recipe), capsize=3
+            )
+        ax.set_title(title)
+        ax.set_xlabel("round")
+        ax.set_xticks(range(len(rounds)))
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_k_sweep(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recipes = sorted(
+        (r for r in results["recipes"] if r.startswith("moat_k") or r == "moat"), key=lambda r: results["k"][r]
+    )
+    final = rounds_of(results)[-1]
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    for split in ("heldin", "heldout"):
+        stats = [mean_std([100 * v for v in values(results, r, final, split, "accuracy")]) for r in recipes]
+        ks = [results["k"][r] for r in recipes]
+        ax.errorbar(ks, [m for m, _ in stats], yerr=[s for _, s in stats], marker="o", capsize=3, label=split)
+    ax.set_xlabel("K (subgoal candidates per task)")
+    ax.set_ylabel(f"accuracy after {final} (%)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(results: dict, root: Path) -> None:
+    """report.md, rounds.png and (with a K sweep) k_sweep.png in `root`."""
+    atomic_write_text(root / "report.md", report_markdown(results) + "\n")
+    _plot_rounds(results, root / "rounds.png")
+    if any(r.startswith("moat_k") for r in results["recipes"]):
+        _plot_k_sweep(results, root / "k_sweep.png")

@@ -1,0 +1,144 @@
+"""`coalign bench`: recipes share a seed's cold start, the baseline matches MOAT's budget, the report adds up."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from coalign.bench import recipe_config, run_bench
+from coalign.bench_report import accuracy_table, fmt, premise_table, report_markdown
+from coalign.config import load_config
+from coalign.parallel import Job, run_jobs
+from tests.test_moat import MOAT
+
+BENCH = {**MOAT, "name": "bench-test"}
+RECIPES = ["lumos", "moat", "moat_no_critic", "moat_k2"]
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench")
+    results = run_bench(load_config("tiny", BENCH), root, [0, 1], RECIPES, workers=1, console=Console(quiet=True))
+    return root, results
+
+
+def test_every_recipe_and_seed_has_every_round(bench):
+    root, results = bench
+    assert json.loads((root / "results.json").read_text()) == results
+    for recipe in RECIPES:
+        assert set(results["runs"][recipe]) == {"0", "1"}
+        for run in results["runs"][recipe].values():
+            assert set(run["rounds"]) == {"round0", "round1"}
+    assert results["k"] == {"lumos": 3, "moat": 3, "moat_no_critic": 3, "moat_k2": 2}
+
+
+def test_recipes_of_a_seed_start_from_one_cold_start(bench):
+    root, results = bench
+    for seed in ("0", "1"):
+        round0 = {json.dumps(results["runs"][r][seed]["rounds"]["round0"], sort_keys=True) for r in RECIPES}
+        assert len(round0) == 1
+    assert not (root / "seed0" / "moat" / "checkpoints" / "planner_sft").exists()
+    assert (root / "seed0" / "cold_start" / "checkpoints" / "planner_sft" / "model.safetensors").exists()
+    seed0 = results["runs"]["moat"]["0"]["rounds"]["round0"]
+    seed1 = results["runs"]["moat"]["1"]["rounds"]["round0"]
+    assert seed0 != seed1  # seeds differ from the cold start on
+
+
+def test_recipes_run_what_they_name(bench):
+    root, _ = bench
+    stages = {p.stem for p in (root / "seed0" / "lumos" / "stages").glob("*.json")}
+    assert stages == {"round1_planner_sft", "round1_grounder_sft", "round1_eval"}
+    verdicts = [json.loads(line) for line in (root / "seed0" / "moat_no_critic" / "round1" / "verdicts.jsonl").open()]
+    assert all(v["actions"] == v["generated"] for v in verdicts)  # no critic: raw groundings
+    candidates = [json.loads(line) for line in (root / "seed0" / "moat_k2" / "round1" / "candidates.jsonl").open()]
+    assert all(len(row["candidates"]) == 2 for row in candidates)
+
+
+def test_baseline_trains_as_many_grounder_examples_as_moat(bench):
+    root, _ = bench
+    lumos = json.loads((root / "seed0" / "lumos" / "stages" / "round1_grounder_sft.json").read_text())
+    moat = json.loads((root / "seed0" / "moat" / "stages" / "round1_grounder_sft.json").read_text())
+    assert lumos["examples"] == moat["examples"] == 6 * 3 * 2  # tasks x K critic-built, mixed 1:1 with initial
+
+
+def test_report_and_plots_are_written(bench):
+    root, results = bench
+    report = (root / "report.md").read_text()
+    for heading in ("Table 2 analogue", "Table 3 analogue", "Table 4 analogue", "The premise", "K sweep"):
+        assert heading in report
+    for label in ("Lumos (cold start)", "Lumos (matched budget)", "MOAT w/o critic", "MOAT K=2"):
+        assert label in report
+    for png in ("rounds.png", "k_sweep.png"):
+        assert (root / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report == report_markdown(results) + "\n"
+
+
+def test_rerun_resumes_without_redoing_work(bench):
+    root, results = bench
+    marker = root / "seed1" / "moat" / "stages" / "round1_grounder_sft.json"
+    before = marker.stat().st_mtime_ns
+    again = run_bench(load_config("tiny", BENCH), root, [0, 1], RECIPES, workers=1, console=Console(quiet=True))
+    assert again["runs"] == results["runs"]
+    assert marker.stat().st_mtime_ns == before
+
+
+def test_recipe_configs():
+    base = load_config("tiny", BENCH)
+    assert recipe_config(base, "moat_no_stage1", 3).moat.stage1 is False
+    assert recipe_config(base, "moat_no_stage2", 3).moat.stage2 is False
+    assert recipe_config(base, "moat_no_critic", 3).moat.critic == "none"
+    assert recipe_config(base, "moat_k7", 3).moat.k == 7
+    lumos = recipe_config(base, "lumos", 3)
+    assert (lumos.recipe, lumos.seed, lumos.moat.k) == ("lumos", 3, base.moat.k)
+    with pytest.raises(ValueError, match="unknown recipe 'moat_fast'"):
+        recipe_config(base, "moat_fast", 0)
+
+
+def _results(acc: dict[str, list[float]]) -> dict:
+    """A hand-made results dict: per recipe, one held-in accuracy per seed."""
+    runs = {}
+    for recipe, values in acc.items():
+        runs[recipe] = {}
+        for seed, v in enumerate(values):
+            block = {"sets": {"suite-heldin": {"accuracy": v}}, "average": {"accuracy": v}}
+            empty = {"sets": {}, "average": {}}
+            rounds = {"round0": {"heldin": block, "heldout": empty}, "round1": {"heldin": block, "heldout": empty}}
+            stages = {"round1": {"premise": {"nll_success_auc": 0.5 + seed / 10, "grounding_success_rate": v}}}
+            runs[recipe][str(seed)] = {"rounds": rounds, "stages": stages}
+    return {"config": {"moat": {"rounds": 1}}, "runs": runs, "recipes": list(acc), "k": {}}
+
+
+def test_report_tables_are_mean_and_sample_std_over_seeds():
+    assert fmt([0.10, 0.15]) == "12.5 ± 3.5"
+    assert fmt([0.2]) == "20.0"
+    assert fmt([1.5, 2.5], percent=False) == "2.000 ± 0.707"
+    table = accuracy_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}), ["lumos", "moat"], with_cold=False)
+    assert "| Lumos (matched budget) | 12.5 ± 3.5 | 12.5 ± 3.5 |" in table
+    assert "| MOAT | 25.0 ± 7.1 | 25.0 ± 7.1 |" in table
+    premise = premise_table(_results({"moat": [0.2, 0.3]}), ["moat"])
+    assert "| MOAT | 1 | 0.550 ± 0.071 |" in premise
+
+
+def _echo(text: str) -> str:
+    print(f"job says {text}")
+    return text.upper()
+
+
+def _boom() -> None:
+    raise ValueError("bad job")
+
+
+def test_parallel_jobs_return_in_order_and_log_their_output(tmp_path):
+    jobs = [Job(f"j{i}", _echo, (f"x{i}",), tmp_path / f"j{i}.log") for i in range(3)]
+    assert run_jobs(jobs, workers=2, desc="test") == ["X0", "X1", "X2"]
+    assert (tmp_path / "j1.log").read_text().strip().endswith("job says x1")
+    with pytest.raises(RuntimeError, match=r"job bad failed: bad job \(log: .*bad.log\)"):
+        run_jobs([Job("bad", _boom, (), tmp_path / "bad.log"), *jobs[:1]], workers=2, desc="test")
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
+def test_parallel_jobs_use_separate_processes(tmp_path: Path):
+    pids = run_jobs([Job(f"p{i}", os.getpid, (), None) for i in range(2)], workers=2, desc="pids")
+    assert os.getpid() not in pids
