@@ -51,8 +51,14 @@ def recipe_config(config: RunConfig, recipe: str, seed: int) -> RunConfig:
     return RunConfig.model_validate(data)
 
 
+ROUND_ONLY = ("moat", "planner_dpo", "grounder_round_sft", "planner_round_sft")
+
+
 def _cold_config(config: RunConfig, seed: int) -> RunConfig:
-    return RunConfig.model_validate({**config.model_dump(), "seed": seed, "recipe": "lumos"})
+    """The cold start's config: round-only settings left at their defaults, so benches that differ only in
+    their rounds (a K sweep, fewer rounds) share the cold start of a seed."""
+    data = {k: v for k, v in config.model_dump().items() if k not in ROUND_ONLY}
+    return RunConfig.model_validate({**data, "seed": seed, "recipe": "lumos"})
 
 
 def _cold_agent(config: RunConfig, cold_dir: Path, agent: str) -> str:
@@ -91,9 +97,16 @@ def _round_records(run: Run, rounds: int) -> dict:
 
 
 def run_bench(
-    config: RunConfig, root: str | Path, seeds: list[int], recipes: list[str], workers: int, console: Console
+    config: RunConfig,
+    root: str | Path,
+    seeds: list[int],
+    recipes: list[str],
+    workers: int,
+    console: Console,
+    name: str = "",
 ) -> dict:
-    """Run every (seed, recipe), resuming finished work; write results.json, report.md and the plots."""
+    """Run every (seed, recipe), resuming finished work; write results.json, report.md and the plots
+    (prefixed `name-` when given, so several benches can share one folder and its cold starts)."""
     from coalign.bench_report import write_report
 
     root, started = Path(root), time.time()
@@ -140,7 +153,8 @@ def run_bench(
         "runs": runs,
         "wall_seconds": round(time.time() - started, 1),
     }
-    write_json(root / "results.json", results)
-    write_report(results, root)
+    prefix = f"{name}-" if name else ""
+    write_json(root / f"{prefix}results.json", results)
+    write_report(results, root, prefix)
     console.print(f"[bold]bench[/bold] results in {root}: results.json, report.md, plots")
     return results

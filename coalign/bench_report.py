@@ -125,6 +125,23 @@ def per_round_table(results: dict, recipes: list[str]) -> str:
     return _table(headers, rows)
 
 
+def subgoals_matter_table(results: dict, recipes: list[str]) -> str:
+    """Grounder accuracy given gold vs blanked subgoals: the gap says how much the plan matters at all."""
+    final = rounds_of(results)[-1]
+    first = next((r for r in recipes if r in results["runs"]), None)
+    rows = []
+    for label, recipe, round_ in [(COLD, first, "round0")] + [(name(r), r, final) for r in recipes]:
+        if recipe in results["runs"]:
+            row = [label]
+            for split in ("heldin", "heldout"):
+                row += [
+                    fmt(values(results, recipe, round_, split, k))
+                    for k in ("grounder_acc_gold_subgoals", "grounder_acc_blank_subgoals")
+                ]
+            rows.append(row)
+    return _table(["method", "held-in gold sg", "held-in blank sg", "held-out gold sg", "held-out blank sg"], rows)
+
+
 def premise_table(results: dict, recipes: list[str]) -> str:
     """Per round: does a candidate's grounder NLL predict its grounding's success? And what stage 1 kept."""
     rows = []
@@ -176,6 +193,10 @@ def report_markdown(results: dict) -> str:
         "## Main result (Table 2 analogue): end-to-end accuracy (%) after the last round",
         "",
         accuracy_table(results, main, with_cold=True),
+        "",
+        "## Do the subgoals matter? Grounder accuracy (%) given the gold vs blanked subgoals, after the last round",
+        "",
+        subgoals_matter_table(results, main),
         "",
     ]
     if len(ablations) > 1:
@@ -258,9 +279,9 @@ def _plot_k_sweep(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(results: dict, root: Path) -> None:
-    """report.md, rounds.png and (with a K sweep) k_sweep.png in `root`."""
-    atomic_write_text(root / "report.md", report_markdown(results) + "\n")
-    _plot_rounds(results, root / "rounds.png")
+def write_report(results: dict, root: Path, prefix: str = "") -> None:
+    """report.md, rounds.png and (with a K sweep) k_sweep.png in `root`, each name after `prefix`."""
+    atomic_write_text(root / f"{prefix}report.md", report_markdown(results) + "\n")
+    _plot_rounds(results, root / f"{prefix}rounds.png")
     if any(r.startswith("moat_k") for r in results["recipes"]):
-        _plot_k_sweep(results, root / "k_sweep.png")
+        _plot_k_sweep(results, root / f"{prefix}k_sweep.png")

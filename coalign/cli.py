@@ -105,6 +105,9 @@ def eval_(
     _show(evaluate_run(run, cfg, planner, grounder, console))
 
 
+DEMO_SETTINGS = ["moat.rounds=1", "moat.tasks=200"]  # `coalign bench tiny` runs 2 rounds on 500 tasks
+
+
 def _ints(text: str, option: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -121,7 +124,9 @@ def _default_workers() -> int:
     return 1 if torch.cuda.is_available() else max(1, os.cpu_count() or 1)
 
 
-def _bench(config: str, run_dir: Path, seeds: list[int], recipes: list[str], workers: int | None, sets: list[str]):
+def _bench(
+    config: str, run_dir: Path, seeds: list[int], recipes: list[str], workers: int | None, sets: list[str], name=""
+):
     from rich.markdown import Markdown
 
     from coalign.bench import run_bench
@@ -130,7 +135,7 @@ def _bench(config: str, run_dir: Path, seeds: list[int], recipes: list[str], wor
     cfg = _config(config, sets)
     started = time.time()
     try:
-        results = run_bench(cfg, run_dir, seeds, recipes, workers or _default_workers(), console)
+        results = run_bench(cfg, run_dir, seeds, recipes, workers or _default_workers(), console, name)
     except (DataError, ValueError) as err:
         raise _fail(err) from None
     console.print(Markdown(report_markdown(results)))
@@ -145,6 +150,7 @@ def bench(
     recipes: Annotated[str, typer.Option(help="comma-separated: lumos, moat, moat_no_stage1, ...")] = "",
     k_sweep: Annotated[str, typer.Option("--k-sweep", help="comma-separated K values run as moat_k<K>")] = "",
     workers: Annotated[Optional[int], typer.Option(help="jobs side by side (default: CPU cores; 1 on GPU)")] = None,
+    name: Annotated[str, typer.Option(help="prefix of the result files, for several benches in one folder")] = "",
     set_: SetOpt = [],  # noqa: B006
 ) -> None:
     """Lumos vs MOAT vs its ablations over seeds, from shared cold starts: results.json, report.md, plots."""
@@ -152,13 +158,13 @@ def bench(
 
     names = [r.strip() for r in recipes.split(",") if r.strip()] or list(DEFAULT_RECIPES)
     names += [f"moat_k{k}" for k in _ints(k_sweep, "--k-sweep")]
-    _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_)
+    _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_, name)
 
 
 @app.command()
 def demo(run_dir: RunDirOpt = Path("runs/demo"), set_: SetOpt = []) -> None:  # noqa: B006
-    """The bundled default: tiny planner and grounder from scratch, then MOAT rounds vs the Lumos baseline."""
-    _bench("tiny", run_dir, [0], ["lumos", "moat"], None, set_)
+    """The bundled default: tiny agents from scratch (Agent Lumos), then one small MOAT round vs the Lumos baseline."""
+    _bench("tiny", run_dir, [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_])
 
 
 @app.command("exec")

@@ -1,8 +1,8 @@
 """Independent jobs on separate CPU cores: tiny models train faster side by side than one after another.
 
 A tiny model's training step is too small to keep two cores busy, so two jobs with one torch
-thread each do about 1.7 times the work of one job with two threads (measured on the 2-core
-demo machine). Each job runs in a spawned process (no state shared with the parent) and writes
+thread each get more done than one job with two threads (`benchmarks/parallel_jobs.py`
+measures the ratio). Each job runs in a spawned process (no state shared with the parent) and writes
 its terminal output to a log file, so progress bars of parallel jobs do not garble each other;
 the parent shows one progress bar over the jobs.
 """

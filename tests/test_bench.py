@@ -66,7 +66,7 @@ def test_baseline_trains_as_many_grounder_examples_as_moat(bench):
 def test_report_and_plots_are_written(bench):
     root, results = bench
     report = (root / "report.md").read_text()
-    for heading in ("Table 2 analogue", "Table 3 analogue", "Table 4 analogue", "The premise", "K sweep"):
+    for heading in ("Table 2 analogue", "subgoals matter", "Table 3 analogue", "Table 4 analogue", "The premise", "K sweep"):
         assert heading in report
     for label in ("Lumos (cold start)", "Lumos (matched budget)", "MOAT w/o critic", "MOAT K=2"):
         assert label in report

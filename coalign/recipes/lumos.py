@@ -22,6 +22,7 @@ from coalign.models import make_tiny_model
 from coalign.runs import Run, atomic_write_text, read_json, write_json, write_jsonl
 from coalign.stages.sft import sft
 from coalign.tasks import Task
+from coalign.tasks.plan_following import plan_following
 from coalign.tasks.sources import load_source, load_sources, source_name
 
 
@@ -58,6 +59,12 @@ def planner_pair(task: Task) -> tuple[str, str]:
 
 def grounder_pair(task: Task) -> tuple[str, str]:
     return grounder_example(task.question, task.subgoals, task.actions, task.family)
+
+
+def grounder_data(config: RunConfig, train: list[Task]) -> list[tuple[str, str]]:
+    """The grounder's ground-truth SFT data: every training task, plus its plan-following copies if set."""
+    extra = plan_following(train, config.data.plan_following, config.seed) if config.data.plan_following else []
+    return [grounder_pair(t) for t in train + extra]
 
 
 def train_agent(run: Run, stage: str, init: str, examples, settings, seed: int, console: Console) -> str:
@@ -103,7 +110,7 @@ def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str,
         examples = [planner_pair(t) for t in train]
         return train_agent(run, "planner_sft", planner_init, examples, config.planner_sft, config.seed, console)
     if agent == "grounder":
-        examples = [grounder_pair(t) for t in train]
+        examples = grounder_data(config, train)
         return train_agent(run, "grounder_sft", grounder_init, examples, config.grounder_sft, config.seed, console)
     raise ValueError(f"agent must be planner or grounder, got {agent!r}")
 
@@ -131,15 +138,15 @@ def matched_rounds(
     more steps.
     """
     history = {"round0": round0}
-    tasks, m = round_tasks(config, train), config.moat
+    tasks, m, gold = round_tasks(config, train), config.moat, grounder_data(config, train)
     built = len(tasks) * m.k
-    n_grounder = built + min(len(train), round(built * m.mix_ratio))
+    n_grounder = built + min(len(gold), round(built * m.mix_ratio))
     for r in range(1, m.rounds + 1):
         planner = train_agent(
             run, f"round{r}_planner_sft", planner, [planner_pair(t) for t in tasks], config.planner_round_sft,
             config.seed, console,
         )  # fmt: skip
-        pool = [grounder_pair(t) for t in train]
+        pool = list(gold)
         random.Random(config.seed * 1000 + r).shuffle(pool)  # per round, so a resumed run draws the same
         examples = [pool[i % len(pool)] for i in range(n_grounder)]
         grounder = train_agent(

@@ -29,7 +29,15 @@ from coalign.agents import Agent, generate
 from coalign.config import RunConfig
 from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals, planner_prompt
 from coalign.metrics import numeric_match
-from coalign.recipes.lumos import cold_start, evaluate_run, grounder_pair, prepare_run, round_tasks, train_agent
+from coalign.recipes.lumos import (
+    cold_start,
+    evaluate_run,
+    grounder_data,
+    grounder_pair,
+    prepare_run,
+    round_tasks,
+    train_agent,
+)
 from coalign.runs import Run, read_json, write_json, write_jsonl
 from coalign.stages.critic import CriticInput, make_critic
 from coalign.stages.dpo import dpo
@@ -249,7 +257,7 @@ def moat_rounds(
     """Algorithm 1's loop from cold-start checkpoints; returns the evaluation after every round."""
     history = {"round0": round0}
     tasks = round_tasks(config, train)
-    initial = [grounder_pair(t) for t in train]
+    initial = grounder_data(config, train)
     m = config.moat
     for r in range(1, m.rounds + 1):
         candidates = sample_stage(run, r, config, planner, tasks)

@@ -13,7 +13,9 @@ from coalign.config import DPOSettings, SFTSettings
 
 def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> dict:
     """Keyword arguments common to TRL's SFTConfig and DPOConfig."""
+    grouped = getattr(settings, "group_by_length", False)
     return dict(
+        train_sampling_strategy="group_by_length" if grouped else "random",
         output_dir=str(out / "trainer"),
         num_train_epochs=settings.epochs,
         learning_rate=settings.learning_rate,
