@@ -35,6 +35,7 @@ def fmt(values: list[float], percent: bool = True) -> str:
         return "-"
     m, s = mean_std([100 * v for v in values] if percent else values)
     digits = 1 if percent else 3
+    m = round(m, digits) + 0.0  # no "-0.0" for a mean that is zero up to float error
     return f"{m:.{digits}f} ± {s:.{digits}f}" if len(values) > 1 else f"{m:.{digits}f}"
 
 
@@ -125,6 +126,28 @@ def per_round_table(results: dict, recipes: list[str]) -> str:
     return _table(headers, rows)
 
 
+def paired_table(results: dict, recipes: list[str], baseline: str = "lumos") -> str:
+    """Each recipe minus the baseline, seed by seed: recipes of a seed share the cold start, so this pairs them."""
+    final = rounds_of(results)[-1]
+    seeds = [str(s) for s in results.get("seeds", [])]
+    rows = []
+    for recipe in recipes:
+        if recipe == baseline or recipe not in results["runs"] or baseline not in results["runs"]:
+            continue
+        row, diffs = [f"{name(recipe)} − {name(baseline)}"], {}
+        for split in ("heldin", "heldout"):
+            pairs = [
+                [results["runs"][r].get(s, {}).get("rounds", {}).get(final, {}).get(split, {}).get("average", {})
+                 .get("accuracy") for r in (recipe, baseline)]
+                for s in seeds
+            ]  # fmt: skip
+            diffs[split] = [a - b for a, b in pairs if a is not None and b is not None]
+            row += [" / ".join(f"{100 * d:+.1f}" for d in diffs[split]), fmt(diffs[split])]
+        rows.append(row)
+    headers = ["difference (points)", "held-in, per seed", "held-in mean", "held-out, per seed", "held-out mean"]
+    return _table(headers, rows)
+
+
 def subgoals_matter_table(results: dict, recipes: list[str]) -> str:
     """Grounder accuracy given gold vs blanked subgoals: the gap says how much the plan matters at all."""
     final = rounds_of(results)[-1]
@@ -193,6 +216,10 @@ def report_markdown(results: dict) -> str:
         "## Main result (Table 2 analogue): end-to-end accuracy (%) after the last round",
         "",
         accuracy_table(results, main, with_cold=True),
+        "",
+        "Paired by seed (each seed's recipes start from the same cold start), accuracy points after the last round:",
+        "",
+        paired_table(results, [r for r in recipes if not r.startswith("moat_k")]),
         "",
         "## Do the subgoals matter? Grounder accuracy (%) given the gold vs blanked subgoals, after the last round",
         "",

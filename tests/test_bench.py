@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from coalign.bench import recipe_config, run_bench
-from coalign.bench_report import accuracy_table, fmt, premise_table, report_markdown
+from coalign.bench_report import accuracy_table, fmt, paired_table, premise_table, report_markdown
 from coalign.config import load_config
 from coalign.parallel import Job, run_jobs
 from tests.test_moat import MOAT
@@ -66,7 +66,14 @@ def test_baseline_trains_as_many_grounder_examples_as_moat(bench):
 def test_report_and_plots_are_written(bench):
     root, results = bench
     report = (root / "report.md").read_text()
-    for heading in ("Table 2 analogue", "subgoals matter", "Table 3 analogue", "Table 4 analogue", "The premise", "K sweep"):
+    for heading in (
+        "Table 2 analogue",
+        "subgoals matter",
+        "Table 3 analogue",
+        "Table 4 analogue",
+        "The premise",
+        "K sweep",
+    ):
         assert heading in report
     for label in ("Lumos (cold start)", "Lumos (matched budget)", "MOAT w/o critic", "MOAT K=2"):
         assert label in report
@@ -107,16 +114,20 @@ def _results(acc: dict[str, list[float]]) -> dict:
             rounds = {"round0": {"heldin": block, "heldout": empty}, "round1": {"heldin": block, "heldout": empty}}
             stages = {"round1": {"premise": {"nll_success_auc": 0.5 + seed / 10, "grounding_success_rate": v}}}
             runs[recipe][str(seed)] = {"rounds": rounds, "stages": stages}
-    return {"config": {"moat": {"rounds": 1}}, "runs": runs, "recipes": list(acc), "k": {}}
+    seeds = list(range(max(len(v) for v in acc.values())))
+    return {"config": {"moat": {"rounds": 1}}, "runs": runs, "recipes": list(acc), "k": {}, "seeds": seeds}
 
 
 def test_report_tables_are_mean_and_sample_std_over_seeds():
     assert fmt([0.10, 0.15]) == "12.5 ± 3.5"
     assert fmt([0.2]) == "20.0"
+    assert fmt([0.025, 0.0, -0.025]) == "0.0 ± 2.5"  # not "-0.0" from float error
     assert fmt([1.5, 2.5], percent=False) == "2.000 ± 0.707"
     table = accuracy_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}), ["lumos", "moat"], with_cold=False)
     assert "| Lumos (matched budget) | 12.5 ± 3.5 | 12.5 ± 3.5 |" in table
     assert "| MOAT | 25.0 ± 7.1 | 25.0 ± 7.1 |" in table
+    paired = paired_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}), ["lumos", "moat"])
+    assert "| MOAT − Lumos (matched budget) | +10.0 / +15.0 | 12.5 ± 3.5 |" in paired
     premise = premise_table(_results({"moat": [0.2, 0.3]}), ["moat"])
     assert "| MOAT | 1 | 0.550 ± 0.071 |" in premise
 

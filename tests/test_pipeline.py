@@ -75,3 +75,21 @@ def test_resume_with_a_different_config_is_refused(finished):
     changed = load_config("tiny", {**TINY, "seed": 7})
     with pytest.raises(SystemExit, match="different config"):
         run_lumos(changed, run_dir, Console(quiet=True))
+
+
+def test_grounding_ppl_is_the_grounders_perplexity_of_gold_actions_given_the_plans(finished):
+    config, run_dir, results = finished
+    from coalign.agents import Agent
+    from coalign.formats import format_actions, grounder_prompt
+    from coalign.stages.score import score_completions
+    from coalign.tasks.sources import load_source
+
+    rows = [json.loads(line) for line in (run_dir / "eval" / "heldin-suite-heldin.predictions.jsonl").open()]
+    tasks = {t.id: t for t in load_source(config.data.heldin[0])}
+    grounder = Agent.load(str(run_dir / "checkpoints" / "grounder_sft"))
+    users = [grounder_prompt(r["question"], r["plan"], "maths") for r in rows]
+    gold = [format_actions(list(tasks[r["id"]].actions)) for r in rows]
+    expected = [s.ppl for s in score_completions(grounder, users, gold, batch_size=1)]
+    assert [r["grounding_ppl"] for r in rows] == pytest.approx(expected, rel=1e-4)
+    metric = results["heldin"]["sets"]["suite-heldin"]["grounding_ppl"]
+    assert metric == pytest.approx(sum(expected) / len(expected), rel=1e-4) and metric > 1
