@@ -78,8 +78,9 @@ def _headers(cols) -> list[str]:
     return [f"{d} ({s})" if d else f"{s} avg" for s, d in cols]
 
 
-def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: str = "accuracy") -> str:
+def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: str = "accuracy", label=None) -> str:
     """Final-round metric per evaluation set and per split average (Tables 2 and 3)."""
+    label = label or name
     final, cols = rounds_of(results)[-1], _columns(results)
     rows = []
     first = next((r for r in recipes if r in results["runs"]), None)
@@ -87,7 +88,7 @@ def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: s
         rows.append([COLD] + [fmt(values(results, first, "round0", s, metric, d)) for s, d in cols])
     for recipe in recipes:
         if recipe in results["runs"]:
-            rows.append([name(recipe)] + [fmt(values(results, recipe, final, s, metric, d)) for s, d in cols])
+            rows.append([label(recipe)] + [fmt(values(results, recipe, final, s, metric, d)) for s, d in cols])
     return _table(["method"] + _headers(cols), rows)
 
 
@@ -249,7 +250,7 @@ def report_markdown(results: dict) -> str:
     if sweep:
         lines += ["## K sweep (Figure 3 analogue): accuracy (%) after the last round", ""]
         order = sorted(sweep + (["moat"] if "moat" in recipes else []), key=lambda r: results["k"][r])
-        lines += [accuracy_table(results, order, with_cold=False), ""]
+        lines += [accuracy_table(results, order, with_cold=False, label=lambda r: f"MOAT K={results['k'][r]}"), ""]
     return "\n".join(lines)
 
 
