@@ -65,17 +65,19 @@ def _cold_agent(config: RunConfig, cold_dir: Path, agent: str) -> str:
     return cold_start_agent(Run(cold_dir), config, load_sources(config.data.train), agent, Console())
 
 
+def _cold_checkpoints(cold_dir: Path) -> tuple[str, str]:
+    return str(cold_dir / "checkpoints" / "planner_sft"), str(cold_dir / "checkpoints" / "grounder_sft")
+
+
 def _cold_eval(config: RunConfig, cold_dir: Path) -> dict:
-    run = Run(cold_dir)
-    planner, grounder = (str(run.path("checkpoints", f"{a}_sft")) for a in ("planner", "grounder"))
-    return evaluate_run(run, config, planner, grounder, Console(), name="round0_eval")
+    planner, grounder = _cold_checkpoints(cold_dir)
+    return evaluate_run(Run(cold_dir), config, planner, grounder, Console(), name="round0_eval")
 
 
 def _recipe_rounds(config: RunConfig, cold_dir: Path, recipe_dir: Path, round0: dict) -> dict:
     console = Console()
     run = prepare_run(config, recipe_dir, console)
-    cold = Run(cold_dir)
-    planner, grounder = (str(cold.path("checkpoints", f"{a}_sft")) for a in ("planner", "grounder"))
+    planner, grounder = _cold_checkpoints(cold_dir)
     rounds = matched_rounds if config.recipe == "lumos" else moat_rounds
     return rounds(run, config, load_sources(config.data.train), planner, grounder, round0, console)
 
@@ -156,5 +158,5 @@ def run_bench(
     prefix = f"{name}-" if name else ""
     write_json(root / f"{prefix}results.json", results)
     write_report(results, root, prefix)
-    console.print(f"[bold]bench[/bold] results in {root}: results.json, report.md, plots")
+    console.print(f"[bold]bench[/bold] results in {root}: {prefix}results.json, {prefix}report.md, plots")
     return results

@@ -105,7 +105,7 @@ def eval_(
     _show(evaluate_run(run, cfg, planner, grounder, console))
 
 
-DEMO_SETTINGS = ["moat.rounds=1", "moat.tasks=200"]  # `coalign bench tiny` runs 2 rounds on 500 tasks
+DEMO_SETTINGS = ["moat.rounds=1", "moat.tasks=200"]  # `coalign bench tiny` runs 2 rounds on 400 tasks
 
 
 def _ints(text: str, option: str) -> list[int]:

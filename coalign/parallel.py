@@ -1,8 +1,9 @@
-"""Independent jobs on separate CPU cores: tiny models train faster side by side than one after another.
+"""Independent jobs on separate CPU cores, side by side, each with its own log.
 
 A tiny model's training step barely gains from a second torch thread, so two jobs with one
 thread each finish at least as soon as the same jobs one after another with two threads
-(`benchmarks/training_speed.py`: 1.02x-1.14x, process start included). Each job runs in a spawned process (no state shared with the parent) and writes
+(`benchmarks/training_speed.py`: 1.02x-1.14x, process start included). Each job runs in a
+spawned process (no state shared with the parent) and writes
 its terminal output to a log file, so progress bars of parallel jobs do not garble each other;
 the parent shows one progress bar over the jobs.
 """
