@@ -114,29 +114,27 @@ def run_bench(
     root, started = Path(root), time.time()
     configs = {(s, r): recipe_config(config, r, s) for s in seeds for r in recipes}  # unknown recipes fail here
     cold = {s: root / f"seed{s}" / "cold_start" for s in seeds}
+    cold_configs = {s: _cold_config(config, s) for s in seeds}
+    train = load_sources(config.data.train)
     for s in seeds:
-        cold_config = _cold_config(config, s)
-        initial_models(
-            prepare_run(cold_config, cold[s], console), cold_config, load_sources(config.data.train), console
-        )
+        initial_models(prepare_run(cold_configs[s], cold[s], console), cold_configs[s], train, console)
     jobs = [
-        Job(f"seed {s} {agent} SFT", _cold_agent, (_cold_config(config, s), cold[s], agent), cold[s] / f"{agent}.log")
+        Job(f"seed {s} {agent} SFT", _cold_agent, (cold_configs[s], cold[s], agent), cold[s] / f"{agent}.log")
         for agent in ("grounder", "planner")  # longest first
         for s in seeds
     ]
     run_jobs(jobs, workers, "cold start")
-    round0 = run_jobs(
-        [Job(f"seed {s} round 0", _cold_eval, (_cold_config(config, s), cold[s]), cold[s] / "eval.log") for s in seeds],
-        workers,
-        "round 0 evaluation",
-    )
+    round0_jobs = [
+        Job(f"seed {s} round 0", _cold_eval, (cold_configs[s], cold[s]), cold[s] / "eval.log") for s in seeds
+    ]
+    round0 = dict(zip(seeds, run_jobs(round0_jobs, workers, "round 0 evaluation")))
     keys = list(configs)
     histories = run_jobs(
         [
             Job(
                 f"seed {s} {r}",
                 _recipe_rounds,
-                (configs[s, r], cold[s], root / f"seed{s}" / r, round0[seeds.index(s)]),
+                (configs[s, r], cold[s], root / f"seed{s}" / r, round0[s]),
                 root / f"seed{s}" / r / "run.log",
             )
             for s, r in keys

@@ -63,8 +63,7 @@ def grounder_pair(task: Task) -> tuple[str, str]:
 
 def grounder_data(config: RunConfig, train: list[Task]) -> list[tuple[str, str]]:
     """The grounder's ground-truth SFT data: every training task, plus its plan-following copies if set."""
-    extra = plan_following(train, config.data.plan_following, config.seed) if config.data.plan_following else []
-    return [grounder_pair(t) for t in train + extra]
+    return [grounder_pair(t) for t in train + plan_following(train, config.data.plan_following, config.seed)]
 
 
 def train_agent(run: Run, stage: str, init: str, examples, settings, seed: int, console: Console) -> str:
