@@ -154,6 +154,9 @@ class MoatSettings(Settings):
     stage1: bool = Field(True, description="planner DPO; false = the 'w/o stage 1' ablation")
     stage2: bool = Field(True, description="grounder SFT on critic-judged data; false = 'w/o stage 2'")
     batch_size: int = Field(64, ge=1)
+    share_prefix: bool = Field(
+        False, description="stage-1 scoring runs the prompt prefix a task's K candidates share once (same scores)"
+    )
 
 
 class RunConfig(Settings):

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import copy
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from coalign.agents import Agent, grounder_example
 from coalign.config import TinySpec
-from coalign.formats import lumos_generation_prompt
+from coalign.formats import grounder_prompt, lumos_generation_prompt
 from coalign.models import make_tiny_model, render_prompt
-from coalign.stages.score import ActionScore, argument_spans, encode_completion, score_completions
+from coalign.stages import score as score_module
+from coalign.stages.score import (
+    ActionScore,
+    EncodedRow,
+    argument_spans,
+    encode_completion,
+    prefix_groups,
+    score_completions,
+)
 
 SPEC = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 EXAMPLES = [
@@ -140,3 +150,116 @@ def test_models_without_logits_to_keep_score_the_same(agent):
     for a, b in zip(trimmed, full):
         assert (a.n_tokens, a.n_content) == (b.n_tokens, b.n_content)
         assert b.nll_sum == pytest.approx(a.nll_sum, rel=1e-4)
+
+
+# Stage-1-like rows: K candidates per task (different lengths), a task with one candidate, and
+# tasks whose text starts alike, so groups of one task and across tasks both pay off.
+CANDIDATES = [
+    (
+        "Add 3 and 4.",
+        ["Add 3 and 4", "Sum the two numbers 3 and 4 then report it", "Add", "3 plus 4"],
+        "R1 = Calculator(3 + 4)",
+    ),
+    ("Add 30 and 40.", ["Add them", "Add 30 and 40 together"], "R1 = Calculator(30 + 40)"),
+    ("Halve 90.", ["Halve 90"], "R1 = Calculator(90 / 2)"),
+    (
+        "Solve x + 2 = 5.",
+        ["Set the equation; Solve it", "Solve", "Write x + 2 = 5 as an equation; Solve it for x"],
+        "R1 = SetEquation(x + 2 = 5); R2 = SolveEquation(R1)",
+    ),
+]
+STAGE1 = [(grounder_prompt(task, s), actions) for task, subgoals, actions in CANDIDATES for s in subgoals]
+# Short user turns sharing only a few tokens: their groups run beside the grounder rows' (left padding).
+SHORT = [
+    ("Add 3 and 4.", "R1 = Calculator(3 + 4)"),
+    ("Add 3 and 4 now.", "R1 = Calculator(3 + 4)"),
+    ("Hi", "R1 = Count([1])"),
+]
+
+
+@pytest.fixture(scope="module")
+def sharp(agent) -> Agent:
+    """The tiny model with peaked attention: at initialisation attention is near uniform, so a wrong
+    position or a key left unmasked would barely change a score."""
+    model = copy.deepcopy(agent.model)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8.0)
+            layer.self_attn.k_proj.weight.mul_(8.0)
+    return Agent(model, agent.tokenizer)
+
+
+def assert_same_scores(plain: list[ActionScore], shared: list[ActionScore]) -> None:
+    assert len(plain) == len(shared)
+    for a, b in zip(plain, shared):
+        assert (b.n_tokens, b.n_content) == (a.n_tokens, a.n_content)
+        assert b.nll_sum == pytest.approx(a.nll_sum, rel=1e-4)
+        assert b.content_nll_sum == pytest.approx(a.content_nll_sum, rel=1e-4)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 5, 64])
+def test_shared_prefix_scores_equal_the_plain_path(sharp, batch_size):
+    agent = sharp
+    users, completions = zip(*(STAGE1 + EXAMPLES + SHORT))
+    rows = [encode_completion(agent.tokenizer, u, c) for u, c in zip(users, completions)]
+    if batch_size > 1:  # the shared path is taken: some rows run after a prefix cached for several
+        assert any(len(g.rows) > 1 and g.shared > 0 for g in prefix_groups(rows, batch_size))
+    plain = score_completions(agent, users, completions, batch_size)
+    shared = score_completions(agent, users, completions, batch_size, share_prefix=True)
+    assert_same_scores(plain, shared)
+    assert len({s.n_tokens for s in shared}) > 1
+
+
+def test_rows_that_can_share_nothing_score_as_the_plain_path(sharp, monkeypatch):
+    """A row scored from its second token leaves no prefix to share (it runs without a prefix pass)."""
+    encode = score_module.encode_completion
+    monkeypatch.setattr(
+        score_module,
+        "encode_completion",
+        lambda tok, user, completion: (
+            replace(encode(tok, user, completion), start=1) if user.startswith("Add") else encode(tok, user, completion)
+        ),
+    )
+    users, completions = zip(*(STAGE1 + EXAMPLES + SHORT))
+    plain = score_completions(sharp, users, completions, 4)
+    shared = score_completions(sharp, users, completions, 4, share_prefix=True)
+    assert_same_scores(plain, shared)
+
+
+def test_models_without_a_kv_cache_are_refused_for_sharing(agent):
+    users, completions = zip(*STAGE1)
+    with pytest.raises(TypeError, match="KV cache"):
+        score_completions(Agent(FullLogits(agent.model), agent.tokenizer), users, completions, share_prefix=True)
+
+
+def row(ids: list[int], start: int) -> EncodedRow:
+    return EncodedRow(ids=ids, start=start, content=[False] * len(ids))
+
+
+def test_prefix_groups_cover_every_row_once_and_cap_the_shared_prefix():
+    rows = [
+        row([1, 2, 3, 4, 5, 6], 4),  # 0: a task's candidates: prompts [1, 2, 3, 4] and [1, 2, 3, 4]
+        row([8, 8, 8], 2),  # 1: shares nothing with the others
+        row([1, 2, 3, 4, 9, 9], 4),  # 2
+        row([1, 2, 3, 7, 7], 3),  # 3: another prompt with the same first tokens
+        row([1, 2], 1),  # 4: scored from its second token: nothing left to share
+        row([9, 9], 5),  # 5: nothing scored, yet at least one token stays in the suffix
+        row([9, 9, 9, 9], 4),  # 6
+    ]
+    groups = prefix_groups(rows, max_rows=2)
+    assert sorted(i for g in groups for i in g.rows) == list(range(len(rows)))
+    for g in groups:
+        assert 1 <= len(g.rows) <= 2
+        assert len({tuple(rows[i].ids[: g.shared]) for i in g.rows}) == 1
+        assert all(g.shared <= max(rows[i].start, 1) - 1 and g.shared < len(rows[i].ids) for i in g.rows)
+    by_row = {i: (g.rows, g.shared) for g in groups for i in g.rows}
+    # prompts [1, 2, 3, 4] share 3 tokens: the last prompt token predicts the first scored one
+    assert by_row[0] == ((0, 2), 3)
+    assert by_row[3] == ((3,), 2)
+    assert by_row[1] == ((1,), 1)
+    assert by_row[4] == ((4,), 0)
+    assert by_row[5] == ((5, 6), 1)
+    # a larger limit gathers the three rows starting [1, 2, 3]: sharing 2 tokens each saves more
+    assert ((0, 2, 3), 2) in {(g.rows, g.shared) for g in prefix_groups(rows, max_rows=3)}
+    assert all(len(g.rows) == 1 for g in prefix_groups(rows, max_rows=1))
+    assert prefix_groups([], max_rows=4) == []

@@ -87,7 +87,9 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
             for cand in cands:
                 users.append(grounder_prompt(task.question, cand, task.family))
                 completions.append(gold)
-        scores = score_completions(Agent.load(grounder), users, completions, config.moat.batch_size)
+        scores = score_completions(
+            Agent.load(grounder), users, completions, config.moat.batch_size, share_prefix=config.moat.share_prefix
+        )
         k = config.moat.k
         rows = [
             {

@@ -1,0 +1,91 @@
+"""Stage-1 scoring throughput: the plain path vs prefix sharing (`moat.share_prefix`), in one run.
+
+Rows are shaped as MOAT stage 1 builds them: N suite tasks x K candidate subgoal sequences, each
+scored on the task's gold actions under the grounder prompt. Candidates are the task's own subgoals
+and perturbations of them (another task's subgoals, or the last one swapped for another task's), so
+a task's rows share the preamble and the task text and differ after it.
+
+    .venv/bin/python benchmarks/scoring_speed.py [--tasks 64] [--k 5] [--batch-size 32]
+
+By default the grounder is a fresh tiny model (its tokenizer merges the fixed prompt lines into a
+few tokens, so its prompts are much shorter than a pretrained model's); `--grounder PATH` scores with a
+saved checkpoint instead. Prints rows per second for both paths, their ratio and the share of
+tokens that sharing does not recompute. Run it on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from coalign.agents import Agent
+from coalign.config import TinySpec
+from coalign.formats import format_actions, format_subgoals, grounder_prompt, lumos_generation_prompt
+from coalign.models import make_tiny_model
+from coalign.recipes.lumos import grounder_pair
+from coalign.stages.score import encode_completion, prefix_groups, score_completions
+from coalign.tasks import Task
+from coalign.tasks.suite import generate_suite
+
+
+def stage1_rows(tasks: list[Task], k: int) -> tuple[list[str], list[str]]:
+    """K (grounder prompt, gold actions) rows per task: its own subgoals first, then perturbations."""
+    users, completions = [], []
+    for i, task in enumerate(tasks):
+        for j in range(k):
+            other = tasks[(i + j) % len(tasks)].subgoals
+            subgoals = task.subgoals if j == 0 else other if j % 2 else task.subgoals[:-1] + other[:1]
+            users.append(grounder_prompt(task.question, format_subgoals(list(subgoals)), task.family))
+            completions.append(format_actions(list(task.actions)))
+    return users, completions
+
+
+def seconds(agent: Agent, users: list[str], completions: list[str], batch_size: int, share: bool) -> float:
+    started = time.perf_counter()
+    score_completions(agent, users, completions, batch_size, "shared" if share else "plain", share_prefix=share)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=64)
+    parser.add_argument("--k", type=int, default=5, help="candidates per task")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--hidden-size", type=int, default=128, help="tiny grounder only")
+    parser.add_argument("--layers", type=int, default=4, help="tiny grounder only")
+    parser.add_argument("--grounder", help="a saved checkpoint folder instead of a fresh tiny model")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs per path; the fastest counts")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    tasks = generate_suite("train", args.tasks)
+    users, completions = stage1_rows(tasks, args.k)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.grounder:
+            agent = Agent.load(args.grounder)
+        else:
+            texts = [lumos_generation_prompt(u) + c for u, c in map(grounder_pair, generate_suite("train", 500))]
+            spec = TinySpec(hidden_size=args.hidden_size, num_layers=args.layers)
+            agent = Agent.load(str(make_tiny_model(texts, Path(tmp, "grounder"), spec)))
+        rows = [encode_completion(agent.tokenizer, u, c) for u, c in zip(users, completions)]
+        groups = prefix_groups(rows, args.batch_size)
+        skipped = sum((len(g.rows) - 1) * g.shared for g in groups)
+        total = sum(len(r.ids) for r in rows)
+        warm = args.batch_size
+        for share in (False, True):
+            seconds(agent, users[:warm], completions[:warm], args.batch_size, share)
+        plain = min(seconds(agent, users, completions, args.batch_size, False) for _ in range(args.repeats))
+        shared = min(seconds(agent, users, completions, args.batch_size, True) for _ in range(args.repeats))
+    print(f"rows: {len(rows)} ({args.tasks} tasks x {args.k}), {total / len(rows):.0f} tokens a row")
+    print(f"prefix share: {skipped / total:.1%} of tokens not recomputed ({len(groups)} groups)")
+    print(f"plain path:    {len(rows) / plain:.1f} rows/s")
+    print(f"shared prefix: {len(rows) / shared:.1f} rows/s")
+    print(f"ratio shared/plain: {plain / shared:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
