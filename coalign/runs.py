@@ -1,34 +1,70 @@
 """The run folder: one place per run for its config, artifacts, checkpoints and metrics.
 
-Files are written atomically (temp file + rename), and a stage counts as finished only once
-its marker exists, so a killed run resumes at the first unfinished stage.
+Files are written atomically (temp file + rename; checkpoint folders are built under a temporary
+name and renamed), and a stage counts as finished only once its record `stages/<name>.json`
+exists: a manifest of what the stage wrote and read (size, sha256, jsonl rows). A record whose
+files no longer match it is removed and its stage redone, so a killed run resumes at the first
+unfinished stage and a damaged artifact is never read as if it were whole.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import logging
 import os
-import tempfile
+import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+WHOLE_HASH_LIMIT = 64 * 2**20
+SAMPLE_BLOCK = 2**20
+SAMPLE_BLOCKS = 16
+DATA_SUFFIXES = (".json", ".jsonl")
+
+
+def _temp_sibling(path: Path) -> Path:
+    """One fixed temporary name per target, so a write interrupted by a kill leaves nothing behind once
+    the same file is written again (each file of a run folder has one writer)."""
+    return path.with_name(f".{path.name}.tmp")
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write `text` so that readers see the old file or the new one, never half of it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _temp_sibling(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with tmp.open("w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """A folder filled under a temporary name and moved to `path` (replacing it) only when complete,
+    so a kill mid-save leaves no half-written checkpoint at `path`."""
+    path = Path(path)
+    tmp = _temp_sibling(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
 
 
 def write_json(path: str | Path, obj) -> Path:
@@ -43,8 +79,60 @@ def read_json(path: str | Path):
     return json.loads(Path(path).read_text())
 
 
+def _blocks(handle, size: int, whole: bool) -> Iterator[bytes]:
+    if whole:
+        while block := handle.read(SAMPLE_BLOCK):
+            yield block
+        return
+    for i in range(SAMPLE_BLOCKS):
+        handle.seek(i * (size - SAMPLE_BLOCK) // (SAMPLE_BLOCKS - 1))
+        yield handle.read(SAMPLE_BLOCK)
+
+
+def file_digest(path: Path) -> dict:
+    """Size and sha256 of a file, plus the row count of a .jsonl.
+
+    Data files (.json, .jsonl) and any file up to 64 MiB are hashed whole. Larger files (model
+    weights: a 7B checkpoint is ~15 GB) are hashed over 16 evenly spaced 1 MiB blocks, first and
+    last included (`sha256_sampled`), so checking a checkpoint reads 16 MiB per shard: a truncated
+    or extended file is always caught by its size, damage inside only where it hits a sampled block.
+    """
+    size = path.stat().st_size
+    whole = size <= WHOLE_HASH_LIMIT or path.suffix in DATA_SUFFIXES
+    sha, rows = hashlib.sha256(), 0
+    with path.open("rb") as handle:
+        for block in _blocks(handle, size, whole):
+            sha.update(block)
+            rows += block.count(b"\n")
+    digest = {"size": size, "sha256" if whole else "sha256_sampled": sha.hexdigest()}
+    if path.suffix == ".jsonl":
+        digest["rows"] = rows
+    return digest
+
+
+def _files(paths: Iterable[str | Path]) -> list[Path]:
+    """Every file under the given files and folders; paths that do not exist (hub model ids) are skipped."""
+    out: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            out += sorted(p for p in path.rglob("*") if p.is_file())
+        elif path.is_file():
+            out.append(path)
+    return out
+
+
+def _show(key: str, value) -> str:
+    return f"{value[:12]}..." if key.startswith("sha256") and isinstance(value, str) else str(value)
+
+
+def digest_changes(want: dict, got: dict) -> str:
+    """`size 2030 -> 1500, sha256 1a2b... -> 9f8e...`: the fields of a file's digest that differ."""
+    keys = [k for k in {**want, **got} if want.get(k) != got.get(k)]
+    return ", ".join(f"{k} {_show(k, want.get(k))} -> {_show(k, got.get(k))}" for k in keys)
+
+
 class Run:
-    """A run folder. Stage `name` is done when `stages/name.json` exists (written last)."""
+    """A run folder. Stage `name` is done when `stages/name.json` exists and its manifest still holds."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -53,14 +141,70 @@ class Run:
     def path(self, *parts: str) -> Path:
         return self.root.joinpath(*parts)
 
-    def is_done(self, stage: str) -> bool:
-        return self.path("stages", f"{stage}.json").exists()
+    def _marker(self, stage: str) -> Path:
+        return self.path("stages", f"{stage}.json")
 
-    def mark_done(self, stage: str, info: dict | None = None, started: float | None = None) -> None:
-        record = {"stage": stage, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **(info or {})}
+    def _name(self, path: Path) -> str:
+        """Files in the folder are named relative to it, so a moved run folder still verifies."""
+        path = path.absolute()
+        root = self.root.absolute()
+        return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+    def manifest(self, paths: Iterable[str | Path]) -> dict[str, dict]:
+        """Digest of every file under `paths`, by name."""
+        return {self._name(p): file_digest(p) for p in _files(paths)}
+
+    def problems(self, manifest: dict[str, dict]) -> list[str]:
+        """One line per listed file that is missing or no longer matches its digest."""
+        out = []
+        for name, want in manifest.items():
+            path = self.root / name
+            if not path.is_file():
+                out.append(f"{name}: missing")
+            elif changes := digest_changes(want, file_digest(path)):
+                out.append(f"{name}: {changes}")
+        return out
+
+    def is_done(self, stage: str) -> bool:
+        """Finished, with every artifact it wrote and every input it read as recorded. Otherwise the
+        record is removed (the stage must be redone) and what differs is logged."""
+        marker = self._marker(stage)
+        if not marker.exists():
+            return False
+        try:
+            record = read_json(marker)
+            problems = self.problems(record["artifacts"]) + [f"input {p}" for p in self.problems(record["inputs"])]
+        except (ValueError, KeyError, TypeError) as err:
+            problems = [f"{marker.name} is not a readable manifest ({type(err).__name__}: {err})"]
+        if not problems:
+            return True
+        log.warning("%s: stage %s is redone: %s", self.root, stage, "; ".join(problems))
+        marker.unlink()
+        return False
+
+    def mark_done(
+        self,
+        stage: str,
+        artifacts: Iterable[str | Path],
+        info: dict | None = None,
+        started: float | None = None,
+        inputs: Iterable[str | Path] = (),
+    ) -> None:
+        """Record `stage` as finished: the files it wrote (`artifacts`, files or folders) and read (`inputs`)
+        with their digests, and the sha256 of the config it ran under (stages kept by a forced resume
+        after a config change keep the old one)."""
+        config = self.path("config.yaml")
+        record = {
+            "stage": stage,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            **(info or {}),
+            "config_sha256": hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else None,
+            "artifacts": self.manifest(artifacts),
+            "inputs": self.manifest(inputs),
+        }
         if started is not None:
             record["seconds"] = round(time.time() - started, 2)
-        write_json(self.path("stages", f"{stage}.json"), record)
+        write_json(self._marker(stage), record)
 
     def stage_info(self, stage: str) -> dict:
-        return read_json(self.path("stages", f"{stage}.json"))
+        return read_json(self._marker(stage))

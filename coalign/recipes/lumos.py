@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -19,7 +20,7 @@ from coalign.config import RunConfig, config_to_yaml
 from coalign.evaluate import evaluate_tasks, split_summary
 from coalign.formats import lumos_generation_prompt
 from coalign.models import make_tiny_model
-from coalign.runs import Run, atomic_write_text, read_json, write_json, write_jsonl
+from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, write_json, write_jsonl
 from coalign.stages.sft import sft
 from coalign.tasks import Task
 from coalign.tasks.plan_following import plan_following
@@ -48,8 +49,9 @@ def initial_models(run: Run, config: RunConfig, train: list[Task], console: Cons
         started = time.time()
         console.print("making a tiny model: BPE tokenizer on the training text, small Llama config")
         texts = [lumos_generation_prompt(u) + c for t in train for u, c in (planner_pair(t), grounder_pair(t))]
-        make_tiny_model(texts, tiny_dir, models.tiny, seed=config.seed)
-        run.mark_done("init", {"path": str(tiny_dir)}, started)
+        with atomic_dir(tiny_dir) as tmp:
+            make_tiny_model(texts, tmp, models.tiny, seed=config.seed)
+        run.mark_done("init", [tiny_dir], {"path": str(tiny_dir)}, started)
     return tuple(str(tiny_dir) if name == "tiny" else name for name in (models.planner, models.grounder))
 
 
@@ -66,14 +68,18 @@ def grounder_data(config: RunConfig, train: list[Task]) -> list[tuple[str, str]]
     return [grounder_pair(t) for t in train + plan_following(train, config.data.plan_following, config.seed)]
 
 
-def train_agent(run: Run, stage: str, init: str, examples, settings, seed: int, console: Console) -> str:
-    """One SFT stage, skipped when its checkpoint is already complete."""
+def train_agent(
+    run: Run, stage: str, init: str, examples, settings, seed: int, console: Console, inputs: Sequence[Path] = ()
+) -> str:
+    """One SFT stage, skipped when its checkpoint is already complete; `inputs`: the files its examples
+    came from besides the config, so the stage is redone when they change."""
     out = run.path("checkpoints", stage)
     if not run.is_done(stage):
         started = time.time()
         console.print(f"[bold]{stage}[/bold]: SFT on {len(examples)} examples from {init}")
         sft(init, examples, out, settings, seed=seed)
-        run.mark_done(stage, {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}, started)
+        info = {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}
+        run.mark_done(stage, [out], info, started, inputs=[init, *inputs])
     return str(out)
 
 
@@ -98,7 +104,7 @@ def evaluate_run(
             per_set[label] = metrics
         results[split] = {"sets": per_set, "average": split_summary(per_set)}
     write_json(run.path(name, "metrics.json"), results)
-    run.mark_done(name, {}, started)
+    run.mark_done(name, [run.path(name)], {}, started, inputs=[planner_path, grounder_path])
     return results
 
 

@@ -54,6 +54,11 @@ def _rows(path: Path) -> list[dict]:
     return [row for _, row in read_jsonl(path)]
 
 
+def _file(run: Run, r: int, name: str) -> Path:
+    """A round's artifact: round{r}/name."""
+    return run.path(f"round{r}", name)
+
+
 def _subgoals(text: str) -> tuple[str, ...]:
     """A candidate's subgoals; a malformed candidate is kept whole as one subgoal."""
     try:
@@ -64,7 +69,7 @@ def _subgoals(text: str) -> tuple[str, ...]:
 
 def sample_stage(run: Run, r: int, config: RunConfig, planner: str, tasks: list[Task]) -> list[list[str]]:
     """Stage 1a: K candidate subgoal texts per task."""
-    stage, path = f"round{r}_sample", run.path(f"round{r}", "candidates.jsonl")
+    stage, path = f"round{r}_sample", _file(run, r, "candidates.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
         torch.manual_seed(config.seed * 1000 + r)
@@ -72,13 +77,13 @@ def sample_stage(run: Run, r: int, config: RunConfig, planner: str, tasks: list[
             Agent.load(planner), tasks, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size
         )
         write_jsonl(path, [{"id": t.id, "candidates": c} for t, c in zip(tasks, candidates)])
-        run.mark_done(stage, {"tasks": len(tasks), "k": m.k}, started)
+        run.mark_done(stage, [path], {"tasks": len(tasks), "k": m.k}, started, inputs=[planner])
     return [row["candidates"] for row in _rows(path)]
 
 
 def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candidates) -> list[list[dict]]:
     """Stage 1b: the grounder's NLL of each task's gold actions given each candidate."""
-    stage, path = f"round{r}_score", run.path(f"round{r}", "scores.jsonl")
+    stage, path = f"round{r}_score", _file(run, r, "scores.jsonl")
     if not run.is_done(stage):
         started = time.time()
         users, completions = [], []
@@ -107,13 +112,15 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
             for i, t in enumerate(tasks)
         ]
         write_jsonl(path, rows)
-        run.mark_done(stage, {"scored": len(scores)}, started)
+        run.mark_done(
+            stage, [path], {"scored": len(scores)}, started, inputs=[grounder, _file(run, r, "candidates.jsonl")]
+        )
     return [row["scores"] for row in _rows(path)]
 
 
 def pair_stage(run: Run, r: int, config: RunConfig, tasks, candidates, scores) -> list[dict]:
     """Stage 1c: chosen = lowest NLL, rejected = highest; pairs under the gap threshold dropped."""
-    stage, path = f"round{r}_pairs", run.path(f"round{r}", "pairs.jsonl")
+    stage, path = f"round{r}_pairs", _file(run, r, "pairs.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
         rows = []
@@ -130,18 +137,21 @@ def pair_stage(run: Run, r: int, config: RunConfig, tasks, candidates, scores) -
                     }
                 )
         write_jsonl(path, rows)
-        run.mark_done(stage, {"pairs": len(rows), "kept_fraction": len(rows) / max(1, len(tasks))}, started)
+        info = {"pairs": len(rows), "kept_fraction": len(rows) / max(1, len(tasks))}
+        inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "scores.jsonl")]
+        run.mark_done(stage, [path], info, started, inputs=inputs)
     return _rows(path)
 
 
 def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dict], console: Console) -> str:
     """Stage 1d: DPO the planner; with no pair left, the planner is kept as it is."""
     stage, out = f"round{r}_dpo", run.path("checkpoints", f"round{r}_planner")
+    inputs = [planner, _file(run, r, "pairs.jsonl")]
     if not run.is_done(stage):
         started = time.time()
         if not pairs:
             console.print(f"[yellow]round {r}: no preference pair passed the gap threshold; planner unchanged[/yellow]")
-            run.mark_done(stage, {"pairs": 0, "path": planner}, started)
+            run.mark_done(stage, [], {"pairs": 0, "path": planner}, started, inputs=inputs)
         else:
             console.print(f"[bold]round {r} stage 1[/bold]: DPO on {len(pairs)} pairs")
             dpo(
@@ -151,13 +161,14 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
                 config.planner_dpo,
                 config.seed,
             )
-            run.mark_done(stage, {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}, started)
-    return run.stage_info(stage)["path"]
+            info = {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}
+            run.mark_done(stage, [out], info, started, inputs=inputs)
+    return str(out) if run.stage_info(stage)["pairs"] else planner
 
 
 def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candidates) -> list[list[str]]:
     """Stage 2a: the grounder's actions for every (task, candidate)."""
-    stage, path = f"round{r}_ground", run.path(f"round{r}", "groundings.jsonl")
+    stage, path = f"round{r}_ground", _file(run, r, "groundings.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
         torch.manual_seed(config.seed * 1000 + 500 + r)
@@ -173,13 +184,14 @@ def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, cand
         )
         flat = [o[0] for o in outs]
         write_jsonl(path, [{"id": t.id, "actions": flat[i * m.k : (i + 1) * m.k]} for i, t in enumerate(tasks)])
-        run.mark_done(stage, {"groundings": len(flat)}, started)
+        inputs = [grounder, _file(run, r, "candidates.jsonl")]
+        run.mark_done(stage, [path], {"groundings": len(flat)}, started, inputs=inputs)
     return [row["actions"] for row in _rows(path)]
 
 
 def critic_stage(run: Run, r: int, config: RunConfig, tasks, candidates, groundings) -> list[dict]:
     """Stage 2b: the critic's verdict on each grounding (kept, corrected or dropped)."""
-    stage, path = f"round{r}_critic", run.path(f"round{r}", "verdicts.jsonl")
+    stage, path = f"round{r}_critic", _file(run, r, "verdicts.jsonl")
     if not run.is_done(stage):
         started = time.time()
         critic = make_critic(config.moat.critic, **config.moat.critic_options)
@@ -205,7 +217,9 @@ def critic_stage(run: Run, r: int, config: RunConfig, tasks, candidates, groundi
         write_jsonl(path, rows)
         stats = getattr(critic, "stats", {})
         successes = sum(v.success for v in verdicts)
-        run.mark_done(stage, {"judged": len(rows), "successes": successes, "critic": critic.name, **stats}, started)
+        info = {"judged": len(rows), "successes": successes, "critic": critic.name, **stats}
+        inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "groundings.jsonl")]
+        run.mark_done(stage, [path], info, started, inputs=inputs)
     return _rows(path)
 
 
@@ -224,8 +238,9 @@ def grounder_stage(
     examples = built + rng.sample(initial, n_initial)
     rng.shuffle(examples)
     console.print(f"[bold]round {r} stage 2[/bold]: {len(built)} critic-built + {n_initial} initial examples")
+    settings, verdicts_path = config.grounder_round_sft, _file(run, r, "verdicts.jsonl")
     return train_agent(
-        run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console
+        run, f"round{r}_grounder_sft", grounder, examples, settings, config.seed, console, inputs=[verdicts_path]
     )
 
 

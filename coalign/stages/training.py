@@ -9,6 +9,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from coalign.config import DPOSettings, SFTSettings
+from coalign.runs import atomic_dir
 
 
 def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> dict:
@@ -37,7 +38,8 @@ def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> d
 
 
 def train_and_save(make_trainer, tokenizer, out: Path, **log) -> Path:
-    """Build the trainer quietly, train, save model and tokenizer (padded left again), write train_log.json."""
+    """Build the trainer quietly, train, save model and tokenizer (padded left again) and train_log.json
+    into a temporary folder that then replaces `out`, so `out` never holds half a checkpoint."""
     previous = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
@@ -46,11 +48,12 @@ def train_and_save(make_trainer, tokenizer, out: Path, **log) -> Path:
     finally:
         hf_logging.set_verbosity(previous)
     tokenizer.padding_side = "left"
-    trainer.save_model(str(out))
-    tokenizer.save_pretrained(str(out))
     rows = [row for row in trainer.state.log_history if "loss" in row]
     record = {"train_loss": result.training_loss, "losses": [row["loss"] for row in rows], "steps": result.global_step}
     if any("rewards/accuracies" in row for row in rows):
         record["reward_accuracies"] = [row["rewards/accuracies"] for row in rows if "rewards/accuracies" in row]
-    (out / "train_log.json").write_text(json.dumps({**record, **log}))
+    with atomic_dir(out) as tmp:
+        trainer.save_model(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / "train_log.json").write_text(json.dumps({**record, **log}))
     return out

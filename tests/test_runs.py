@@ -1,0 +1,119 @@
+"""The run folder's manifests: a stage is done only while what it wrote and read is as recorded."""
+
+import hashlib
+import json
+import logging
+
+import pytest
+
+from coalign import runs
+from coalign.runs import Run, atomic_dir, atomic_write_text, file_digest, write_jsonl
+
+
+@pytest.fixture
+def run(tmp_path):
+    run = Run(tmp_path / "run")
+    write_jsonl(run.path("a.jsonl"), [{"i": 1}, {"i": 2}])
+    run.mark_done("a", [run.path("a.jsonl")])
+    return run
+
+
+def test_a_finished_stage_records_size_checksum_and_rows(run):
+    record = run.stage_info("a")
+    data = run.path("a.jsonl").read_bytes()
+    assert record["artifacts"]["a.jsonl"] == {"size": 18, "sha256": hashlib.sha256(data).hexdigest(), "rows": 2}
+    assert record["config_sha256"] is None and record["inputs"] == {}
+    assert run.is_done("a")
+
+
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[:-4]), "a.jsonl: size 18 -> 14"),
+        (lambda p: p.write_bytes(p.read_bytes().replace(b"2", b"3")), "a.jsonl: sha256"),
+        (lambda p: p.unlink(), "a.jsonl: missing"),
+    ],
+)
+def test_a_damaged_artifact_is_reported_and_its_stage_undone(run, caplog, damage, expected):
+    damage(run.path("a.jsonl"))
+    with caplog.at_level(logging.WARNING):
+        assert not run.is_done("a")
+    assert f"stage a is redone: {expected}" in caplog.text
+    assert not run.path("stages", "a.json").exists()
+
+
+def test_a_stage_is_undone_when_an_input_it_read_changed(run):
+    write_jsonl(run.path("b.jsonl"), [{"from": "a"}])
+    run.mark_done("b", [run.path("b.jsonl")], inputs=[run.path("a.jsonl")])
+    assert run.is_done("b")
+    write_jsonl(run.path("a.jsonl"), [{"i": 1}])  # `a` redone with a different result
+    run.mark_done("a", [run.path("a.jsonl")])
+    assert run.is_done("a") and not run.is_done("b")
+
+
+def test_an_unreadable_or_manifestless_record_is_not_done(run, caplog):
+    run.path("stages", "a.json").write_text('{"stage": "a", "finished_at": "2024-01-01T00:00:00"}\n')
+    assert not run.is_done("a")
+    run.mark_done("a", [run.path("a.jsonl")])
+    run.path("stages", "a.json").write_text(run.path("stages", "a.json").read_text()[:40])
+    with caplog.at_level(logging.WARNING):
+        assert not run.is_done("a")
+    assert "a.json is not a readable manifest" in caplog.text
+
+
+def test_folders_are_listed_file_by_file_relative_to_the_run(run, tmp_path):
+    checkpoint = run.path("checkpoints", "x")
+    with atomic_dir(checkpoint) as tmp:
+        (tmp / "model.safetensors").write_bytes(b"\0" * 10)
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "config.json").write_text("{}")
+    outside = tmp_path / "base.bin"
+    outside.write_bytes(b"base")
+    run.mark_done("x", [checkpoint], inputs=[outside, "org/hub-model-id"])
+    record = run.stage_info("x")
+    assert list(record["artifacts"]) == ["checkpoints/x/model.safetensors", "checkpoints/x/sub/config.json"]
+    assert list(record["inputs"]) == [str(outside)]
+    (checkpoint / "sub" / "config.json").write_text("{ }")
+    assert not run.is_done("x")
+
+
+def test_large_files_are_hashed_by_sampled_blocks(tmp_path, monkeypatch):
+    monkeypatch.setattr(runs, "WHOLE_HASH_LIMIT", 64)
+    monkeypatch.setattr(runs, "SAMPLE_BLOCK", 4)
+    path = tmp_path / "weights.bin"
+    data = bytearray(range(256)) * 2  # 512 bytes: 16 blocks of 4 at offsets 0, 33, 67, ..., 508
+    path.write_bytes(data)
+    before = file_digest(path)
+    assert set(before) == {"size", "sha256_sampled"}
+    data[34] ^= 1  # inside the second sampled block
+    path.write_bytes(data)
+    assert file_digest(path)["sha256_sampled"] != before["sha256_sampled"]
+    data[34] ^= 1
+    data[40] ^= 1  # between sampled blocks: not read, by design
+    path.write_bytes(data)
+    assert file_digest(path) == before
+
+
+def test_data_files_are_hashed_whole_whatever_their_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(runs, "WHOLE_HASH_LIMIT", 4)
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": 1}\n' * 3)
+    assert set(file_digest(path)) == {"size", "sha256", "rows"}
+
+
+def test_an_interrupted_folder_save_leaves_the_old_folder(tmp_path):
+    target = tmp_path / "ckpt"
+    with atomic_dir(target) as tmp:
+        (tmp / "w").write_text("old")
+    with pytest.raises(RuntimeError), atomic_dir(target) as tmp:
+        (tmp / "w").write_text("half")
+        raise RuntimeError("killed")
+    assert (target / "w").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_a_write_interrupted_before_its_rename_leaves_nothing_once_redone(tmp_path):
+    target = tmp_path / "x.json"
+    (tmp_path / ".x.json.tmp").write_text('{"half')  # what a kill between write and rename leaves
+    atomic_write_text(target, json.dumps({"whole": True}))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
