@@ -23,7 +23,14 @@ from rich.console import Console
 
 from coalign.config import RunConfig
 from coalign.parallel import Job, run_jobs
-from coalign.recipes.lumos import cold_start_agent, evaluate_run, initial_models, matched_rounds, prepare_run
+from coalign.recipes.lumos import (
+    cold_start_agent,
+    evaluate_run,
+    initial_models,
+    matched_rounds,
+    prepare_run,
+    record_config,
+)
 from coalign.recipes.moat import moat_rounds
 from coalign.runs import Run, read_json, write_json
 from coalign.tasks.sources import load_sources
@@ -106,15 +113,22 @@ def run_bench(
     workers: int,
     console: Console,
     name: str = "",
+    force: bool = False,
 ) -> dict:
     """Run every (seed, recipe), resuming finished work; write results.json, report.md and the plots
-    (prefixed `name-` when given, so several benches can share one folder and its cold starts)."""
+    (prefixed `name-` when given, so several benches can share one folder and its cold starts).
+    Every run folder's config is checked before any work starts; `force` resumes those that differ."""
     from coalign.bench_report import write_report
 
     root, started = Path(root), time.time()
     configs = {(s, r): recipe_config(config, r, s) for s in seeds for r in recipes}  # unknown recipes fail here
     cold = {s: root / f"seed{s}" / "cold_start" for s in seeds}
     cold_configs = {s: _cold_config(config, s) for s in seeds}
+    recipe_dirs = {(s, r): root / f"seed{s}" / r for s, r in configs}
+    for s in seeds:
+        record_config(Run(cold[s]), cold_configs[s], force)
+    for key, recipe_dir in recipe_dirs.items():
+        record_config(Run(recipe_dir), configs[key], force)
     train = load_sources(config.data.train)
     for s in seeds:
         initial_models(prepare_run(cold_configs[s], cold[s], console), cold_configs[s], train, console)
@@ -134,8 +148,8 @@ def run_bench(
             Job(
                 f"seed {s} {r}",
                 _recipe_rounds,
-                (configs[s, r], cold[s], root / f"seed{s}" / r, round0[s]),
-                root / f"seed{s}" / r / "run.log",
+                (configs[s, r], cold[s], recipe_dirs[s, r], round0[s]),
+                recipe_dirs[s, r] / "run.log",
             )
             for s, r in keys
         ],
@@ -144,7 +158,7 @@ def run_bench(
     )
     runs: dict = {r: {} for r in recipes}
     for (s, r), history in zip(keys, histories):
-        runs[r][str(s)] = {"rounds": history, "stages": _round_records(Run(root / f"seed{s}" / r), config.moat.rounds)}
+        runs[r][str(s)] = {"rounds": history, "stages": _round_records(Run(recipe_dirs[s, r]), config.moat.rounds)}
     results = {
         "config": config.model_dump(),
         "seeds": seeds,

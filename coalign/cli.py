@@ -22,6 +22,12 @@ console = Console()
 ConfigArg = Annotated[str, typer.Argument(help="YAML config path, or a bundled config name: tiny, paper")]
 RunDirOpt = Annotated[Optional[Path], typer.Option("--run-dir", help="run folder (default runs/<config name>)")]
 SetOpt = Annotated[list[str], typer.Option("--set", help="override a config key, e.g. --set planner_sft.epochs=3")]
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="resume a run folder whose config differs (finished stages kept, old config in config.history/)"
+    ),
+]
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -62,7 +68,7 @@ def _show(results: dict) -> None:
 
 
 @app.command()
-def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = []) -> None:  # noqa: B006
+def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = [], force: ForceOpt = False) -> None:  # noqa: B006
     """Run the config's recipe: `lumos` (independent SFT, the baseline) or `moat` (cold start + MOAT rounds)."""
     from coalign.recipes.lumos import run_lumos
     from coalign.recipes.moat import run_moat
@@ -71,7 +77,7 @@ def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = []) -> No
     started = time.time()
     recipe = {"lumos": run_lumos, "moat": run_moat}[cfg.recipe]
     try:
-        results = recipe(cfg, run_dir or Path("runs") / cfg.name, console)
+        results = recipe(cfg, run_dir or Path("runs") / cfg.name, console, force)
     except DataError as err:
         raise _fail(err) from None
     if cfg.recipe == "moat":
@@ -91,6 +97,7 @@ def eval_(
     planner: Annotated[Optional[str], typer.Option(help="planner checkpoint (default: the run's)")] = None,
     grounder: Annotated[Optional[str], typer.Option(help="grounder checkpoint (default: the run's)")] = None,
     set_: SetOpt = [],  # noqa: B006
+    force: ForceOpt = False,
 ) -> None:
     """Planner -> grounder -> executor on the config's held-in and held-out sets."""
     from coalign.recipes.lumos import evaluate_run, prepare_run
@@ -99,7 +106,7 @@ def eval_(
     root = run_dir or Path("runs") / cfg.name
     if planner or grounder:
         root = root / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
-    run = prepare_run(cfg, root, console)
+    run = prepare_run(cfg, root, console, force)
     planner = planner or str(run.path("checkpoints", "planner_sft"))
     grounder = grounder or str(run.path("checkpoints", "grounder_sft"))
     _show(evaluate_run(run, cfg, planner, grounder, console))
@@ -125,7 +132,14 @@ def _default_workers() -> int:
 
 
 def _bench(
-    config: str, run_dir: Path, seeds: list[int], recipes: list[str], workers: int | None, sets: list[str], name=""
+    config: str,
+    run_dir: Path,
+    seeds: list[int],
+    recipes: list[str],
+    workers: int | None,
+    sets: list[str],
+    name: str = "",
+    force: bool = False,
 ):
     from rich.markdown import Markdown
 
@@ -135,7 +149,7 @@ def _bench(
     cfg = _config(config, sets)
     started = time.time()
     try:
-        results = run_bench(cfg, run_dir, seeds, recipes, workers or _default_workers(), console, name)
+        results = run_bench(cfg, run_dir, seeds, recipes, workers or _default_workers(), console, name, force)
     except (DataError, ValueError) as err:
         raise _fail(err) from None
     console.print(Markdown(report_markdown(results)))
@@ -152,19 +166,20 @@ def bench(
     workers: Annotated[Optional[int], typer.Option(help="jobs side by side (default: CPU cores; 1 on GPU)")] = None,
     name: Annotated[str, typer.Option(help="prefix of the result files, for several benches in one folder")] = "",
     set_: SetOpt = [],  # noqa: B006
+    force: ForceOpt = False,
 ) -> None:
     """Lumos vs MOAT vs its ablations over seeds, from shared cold starts: results.json, report.md, plots."""
     from coalign.bench import DEFAULT_RECIPES
 
     names = [r.strip() for r in recipes.split(",") if r.strip()] or list(DEFAULT_RECIPES)
     names += [f"moat_k{k}" for k in _ints(k_sweep, "--k-sweep")]
-    _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_, name)
+    _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_, name, force)
 
 
 @app.command()
-def demo(run_dir: RunDirOpt = Path("runs/demo"), set_: SetOpt = []) -> None:  # noqa: B006
+def demo(run_dir: RunDirOpt = Path("runs/demo"), set_: SetOpt = [], force: ForceOpt = False) -> None:  # noqa: B006
     """The bundled default: tiny agents from scratch (Agent Lumos), then one small MOAT round vs the Lumos baseline."""
-    _bench("tiny", run_dir, [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_])
+    _bench("tiny", run_dir, [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_], force=force)
 
 
 @app.command("exec")

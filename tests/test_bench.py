@@ -91,6 +91,15 @@ def test_rerun_resumes_without_redoing_work(bench):
     assert marker.stat().st_mtime_ns == before
 
 
+def test_a_changed_config_is_refused_before_any_work(bench):
+    root, _ = bench
+    results = (root / "results.json").stat().st_mtime_ns
+    changed = load_config("tiny", {**BENCH, "moat": {**BENCH["moat"], "k": 4}})
+    with pytest.raises(SystemExit, match=r"seed0/lumos/config.yaml holds a different config:\n  moat.k: 3 -> 4"):
+        run_bench(changed, root, [0, 1], RECIPES, workers=1, console=Console(quiet=True))
+    assert (root / "results.json").stat().st_mtime_ns == results
+
+
 def test_recipe_configs():
     base = load_config("tiny", BENCH)
     assert recipe_config(base, "moat_no_stage1", 3).moat.stage1 is False

@@ -47,3 +47,35 @@ def test_source_missing_path_is_refused(tmp_path):
 def test_overrides_apply_on_top():
     config = load_config("tiny", {"planner_sft": {"epochs": 1}})
     assert config.planner_sft.epochs == 1
+
+
+def test_config_changes_name_dotted_keys_with_old_and_new_values():
+    from coalign.config import config_changes
+
+    old = "moat:\n  k: 4\n  critic: execution\ndata:\n  train:\n  - {kind: suite, n: 10}\nseed: 0\n"
+    new = "seed: 0\nmoat:\n  k: 8\n  critic: execution\n  tasks: 50\ndata:\n  train:\n  - {kind: suite, n: 20}\n"
+    assert config_changes(old, new) == ["moat.k: 4 -> 8", "moat.tasks: <unset> -> 50", "data.train[0].n: 10 -> 20"]
+    assert config_changes(old, old.replace("k: 4", "k:    4")) == []
+
+
+def test_resume_with_a_changed_config_is_refused_unless_forced(tmp_path):
+    from coalign.config import config_to_yaml
+    from coalign.recipes.lumos import record_config
+    from coalign.runs import Run
+
+    run = Run(tmp_path)
+    first = load_config("tiny")
+    record_config(run, first)
+    changed = load_config("tiny", {"seed": 3, "moat": {"k": 8}})
+    with pytest.raises(SystemExit) as refused:
+        record_config(run, changed)
+    message = str(refused.value)
+    assert "seed: 0 -> 3" in message and "moat.k: 4 -> 8" in message and "--force" in message
+    assert (tmp_path / "config.yaml").read_text() == config_to_yaml(first)
+    record_config(run, changed, force=True)
+    assert (tmp_path / "config.yaml").read_text() == config_to_yaml(changed)
+    kept = (tmp_path / "config.history" / "001.yaml").read_text()
+    assert kept.startswith("# replaced by a forced resume") and "#   moat.k: 4 -> 8\n" in kept
+    assert kept.endswith(config_to_yaml(first))
+    record_config(run, first, force=True)
+    assert sorted(p.name for p in (tmp_path / "config.history").iterdir()) == ["001.yaml", "002.yaml"]

@@ -93,3 +93,29 @@ def test_grounding_ppl_is_the_grounders_perplexity_of_gold_actions_given_the_pla
     assert [r["grounding_ppl"] for r in rows] == pytest.approx(expected, rel=1e-4)
     metric = results["heldin"]["sets"]["suite-heldin"]["grounding_ppl"]
     assert metric == pytest.approx(sum(expected) / len(expected), rel=1e-4) and metric > 1
+
+
+def test_cli_names_the_changed_keys_and_resumes_when_forced(finished, tmp_path):
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from coalign.cli import app
+    from coalign.config import config_to_yaml
+
+    config, run_dir, _ = finished
+    run_copy = tmp_path / "run"
+    shutil.copytree(run_dir, run_copy)
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(config_to_yaml(config))
+    marker = run_copy / "stages" / "planner_sft.json"
+    before = marker.stat().st_mtime_ns
+    args = ["train", str(config_file), "--run-dir", str(run_copy), "--set", "eval.max_new_tokens_plan=20"]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code != 0
+    assert "eval.max_new_tokens_plan: 16 -> 20" in refused.output and "--force" in refused.output
+    forced = CliRunner().invoke(app, [*args, "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert "max_new_tokens_plan: 20" in (run_copy / "config.yaml").read_text()
+    assert "#   eval.max_new_tokens_plan: 16 -> 20" in (run_copy / "config.history" / "001.yaml").read_text()
+    assert marker.stat().st_mtime_ns == before  # finished stages are kept

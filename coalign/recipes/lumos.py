@@ -16,7 +16,7 @@ import torch
 from rich.console import Console
 
 from coalign.agents import Agent, grounder_example, planner_example
-from coalign.config import RunConfig, config_to_yaml
+from coalign.config import RunConfig, config_changes, config_to_yaml
 from coalign.evaluate import evaluate_tasks, split_summary
 from coalign.formats import lumos_generation_prompt
 from coalign.models import make_tiny_model
@@ -27,14 +27,33 @@ from coalign.tasks.plan_following import plan_following
 from coalign.tasks.sources import load_source, load_sources, source_name
 
 
-def prepare_run(config: RunConfig, run_dir: str | Path, console: Console) -> Run:
-    """Open the run folder and record its config (an existing, different config is refused)."""
-    run = Run(run_dir)
-    text = config_to_yaml(config)
-    saved = run.path("config.yaml")
-    if saved.exists() and saved.read_text() != text:
-        raise SystemExit(f"{saved} holds a different config; resume with the same config or use a new --run-dir")
+def record_config(run: Run, config: RunConfig, force: bool = False) -> None:
+    """Save the run's config. A run folder holding a different one is refused, naming the keys that differ,
+    unless `force`: then the old config is kept in `config.history/` and finished stages stay finished."""
+    text, saved = config_to_yaml(config), run.path("config.yaml")
+    old = saved.read_text() if saved.exists() else None
+    if old == text:
+        return
+    changes = config_changes(old, text) if old is not None else []
+    if changes and not force:
+        listed = "".join(f"\n  {line}" for line in changes)
+        raise SystemExit(
+            f"{saved} holds a different config:{listed}\n"
+            "resume with the same config, use a new --run-dir, or pass --force to go on with the new config"
+            " (finished stages are kept)"
+        )
+    if changes:
+        history = run.path("config.history")
+        n = len(list(history.glob("*.yaml"))) + 1 if history.exists() else 1
+        header = f"# replaced by a forced resume on {time.strftime('%Y-%m-%dT%H:%M:%S')}; changed:\n"
+        atomic_write_text(history / f"{n:03d}.yaml", header + "".join(f"#   {c}\n" for c in changes) + old)
     atomic_write_text(saved, text)
+
+
+def prepare_run(config: RunConfig, run_dir: str | Path, console: Console, force: bool = False) -> Run:
+    """Open the run folder and record its config (see `record_config` for a changed one)."""
+    run = Run(run_dir)
+    record_config(run, config, force)
     if config.threads:
         torch.set_num_threads(config.threads)
     console.print(f"[bold]run folder[/bold] {run.root}")
@@ -162,8 +181,9 @@ def matched_rounds(
     return history
 
 
-def run_lumos(config: RunConfig, run_dir: str | Path, console: Console) -> dict:
-    """Agent Lumos: independent SFT of both agents on ground truth, then evaluation."""
-    run = prepare_run(config, run_dir, console)
+def run_lumos(config: RunConfig, run_dir: str | Path, console: Console, force: bool = False) -> dict:
+    """Agent Lumos: independent SFT of both agents on ground truth, then evaluation
+    (`force`: resume even if the run folder's config differs)."""
+    run = prepare_run(config, run_dir, console, force)
     planner, grounder = cold_start(run, config, load_sources(config.data.train), console)
     return evaluate_run(run, config, planner, grounder, console)

@@ -259,9 +259,10 @@ def round_premise(tasks, scores, groundings, reduction: str) -> dict:
     }
 
 
-def run_moat(config: RunConfig, run_dir: str | Path, console: Console) -> dict:
-    """Cold start, then `config.moat.rounds` rounds of stage 1 and stage 2, evaluating after each."""
-    run = prepare_run(config, run_dir, console)
+def run_moat(config: RunConfig, run_dir: str | Path, console: Console, force: bool = False) -> dict:
+    """Cold start, then `config.moat.rounds` rounds of stage 1 and stage 2, evaluating after each
+    (`force`: resume even if the run folder's config differs)."""
+    run = prepare_run(config, run_dir, console, force)
     train = load_sources(config.data.train)
     planner, grounder = cold_start(run, config, train, console)
     round0 = evaluate_run(run, config, planner, grounder, console, name="round0_eval")
