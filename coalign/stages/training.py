@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.utils import logging as hf_logging
 
 from coalign.config import DPOSettings, SFTSettings
@@ -39,7 +40,8 @@ def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> d
 
 def train_and_save(make_trainer, tokenizer, out: Path, **log) -> Path:
     """Build the trainer quietly, train, save model and tokenizer (padded left again) and train_log.json
-    into a temporary folder that then replaces `out`, so `out` never holds half a checkpoint."""
+    into a temporary folder that then replaces `out`, so `out` never holds half a checkpoint. The folder
+    is the same bytes wherever it is saved: the Trainer's pickled arguments are left out."""
     previous = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
@@ -54,6 +56,9 @@ def train_and_save(make_trainer, tokenizer, out: Path, **log) -> Path:
         record["reward_accuracies"] = [row["rewards/accuracies"] for row in rows if "rewards/accuracies" in row]
     with atomic_dir(out) as tmp:
         trainer.save_model(str(tmp))
+        # the Trainer's pickled arguments hold the folder's path: nothing loads them, and once a run folder
+        # is moved they would make identical weights look changed to the stages that read them
+        (tmp / TRAINING_ARGS_NAME).unlink()
         tokenizer.save_pretrained(str(tmp))
         (tmp / "train_log.json").write_text(json.dumps({**record, **log}))
     return out
