@@ -49,6 +49,9 @@ _SPELLINGS = [
     (re.compile(r"(?<=\))\s*(?=[\d.])"), " * "),  # `(1/4)24`
 ]
 _LEFT_OF_EQUALS = re.compile(r"[\d.\s+\-*/()$%]*\Z")
+# Characters before an `=` searched for its left side. A suffix search tries every start, so over a whole
+# hostile line (`x x x ... = 2 = 2`) it is quadratic per `=`: minutes for 10 kB. GSM8K's sides are < 100.
+_LEFT_WINDOW = 400
 _LEADING_JUNK = re.compile(r"^(?:[\s*/)+]|\.(?!\d))+")  # a sentence's full stop, a dangling operator
 _RIGHT_OF_EQUALS = re.compile(r"\s*\$?\s*(?P<value>-?(?:\d+(?:\.\d+)?|\.\d+))%?(?!\s*[-+*/]\s*[\d($.])(?!\s*\(|\s+\d)")
 
@@ -121,7 +124,7 @@ def _written_calculations(text: str) -> list[tuple[int, str, str]]:
         right = _RIGHT_OF_EQUALS.match(text, equals.end())
         if not right:
             continue
-        expression = _LEFT_OF_EQUALS.search(text[: equals.start()])[0].replace("$", "").replace("%", "")
+        expression = _left_side(_LEFT_OF_EQUALS, text, equals.start()).replace("$", "").replace("%", "")
         expression = _LEADING_JUNK.sub("", expression).strip()
         while expression.count("(") > expression.count(")") and expression.startswith("("):
             expression = expression[1:].lstrip()
@@ -145,7 +148,7 @@ def _relations(text: str) -> list[tuple[int, str, str]]:
         text = pattern.sub(replacement, text)
     found, previous = [], ("", "")
     for ordinal, equals in enumerate(re.finditer("=", text)):
-        left = _side(_ALGEBRA_LEFT.search(text[: equals.start()])[0], left=True)
+        left = _side(_left_side(_ALGEBRA_LEFT, text, equals.start()), left=True)
         right = _side(_ALGEBRA_RIGHT.match(text, equals.end())[0], left=False)
         if _NAME.fullmatch(previous[0]) and left == previous[1] and _PLAIN_NUMBER.fullmatch(right):
             found.append((ordinal, previous[0], right))  # `X = 168/20% = 840` also says `X = 840`
@@ -160,8 +163,13 @@ def _unknown_before(text: str) -> str | None:
     for pattern, replacement in _ALGEBRA_SPELLINGS:
         text = pattern.sub(replacement, text)
     equals = _EQUALS_AT_END.search(text)
-    left = _side(_ALGEBRA_LEFT.search(text[: equals.start()])[0], left=True) if equals else ""
+    left = _side(_left_side(_ALGEBRA_LEFT, text, equals.start()), left=True) if equals else ""
     return left if _NAME.fullmatch(left) else None
+
+
+def _left_side(suffix: re.Pattern[str], text: str, end: int) -> str:
+    """The longest match of `suffix` (a pattern ending in `\\Z`) ending at `end`, within `_LEFT_WINDOW` characters."""
+    return suffix.search(text[max(0, end - _LEFT_WINDOW) : end])[0]
 
 
 def _side(text: str, left: bool) -> str:
