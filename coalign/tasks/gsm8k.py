@@ -13,11 +13,11 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
-from coalign.errors import DataError
+from coalign.errors import DataError, SkippedRows
 from coalign.metrics import gsm8k_gold_answer
 from coalign.tasks import Task
 from coalign.tasks.arithmetic import Operation, evaluate, parse
-from coalign.tasks.jsonl import read_jsonl, require
+from coalign.tasks.jsonl import convert_rows, read_jsonl, require_text
 from coalign.tools.executor import execute
 
 _ANNOTATION = re.compile(r"<<([^<>]*)>>")
@@ -70,16 +70,18 @@ _EQUALS_AT_END = re.compile(r"=\s*\$?\s*\Z")
 _PLAIN_NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)")
 
 
-def load_gsm8k(path: str | Path) -> list[Task]:
+def load_gsm8k(path: str | Path, skipped: SkippedRows | None = None) -> list[Task]:
     """Tasks from a GSM8K JSONL file (`test_socratic.jsonl`, `test.jsonl`, `train.jsonl`).
 
     A step `Sub-question? ** solution` gives the sub-question as its subgoal; a plain step (no
     sub-questions in the file) is its own subgoal, with the `<<...>>` annotations removed.
-    The split in the id drops `_socratic`, so one problem has one id in both renderings.
+    The split in the id drops `_socratic`, so one problem has one id in both renderings; the id
+    holds the line number, so skipping a bad row (`skipped` given) leaves the other ids as they were.
+    A bad row raises DataError naming file, line and field, or is recorded in `skipped`.
     """
     path = Path(path)
     split = path.stem.removesuffix("_socratic")
-    return [_task(row, path, line, split) for line, row in read_jsonl(path)]
+    return convert_rows(read_jsonl(path, skipped), lambda line, row: _task(row, path, line, split), skipped)
 
 
 def parse_annotation(annotation: str) -> tuple[str, str | None]:
@@ -336,8 +338,8 @@ class _Algebra:
 
 
 def _task(row: dict, path: Path, line: int, split: str) -> Task:
-    question = require(row, "question", str, path, line)
-    answer_text = require(row, "answer", str, path, line)
+    question = require_text(row, "question", path, line)
+    answer_text = require_text(row, "answer", path, line)
     try:
         gold = gsm8k_gold_answer(answer_text)  # the one gold rule the metrics use too
     except ValueError:
