@@ -23,10 +23,17 @@ from rich.console import Console
 
 from coalign.config import RunConfig
 from coalign.parallel import Job, run_jobs
-from coalign.recipes.lumos import cold_start_agent, evaluate_run, initial_models, matched_rounds, prepare_run
+from coalign.recipes.lumos import (
+    cold_start_agent,
+    evaluate_run,
+    initial_models,
+    load_split,
+    matched_rounds,
+    prepare_run,
+)
 from coalign.recipes.moat import moat_rounds
 from coalign.runs import Run, read_json, write_json
-from coalign.tasks.sources import load_sources
+from coalign.tasks.sources import load_data, report_skipped
 
 ABLATIONS: dict[str, dict] = {
     "moat_no_stage1": {"stage1": False},
@@ -62,7 +69,8 @@ def _cold_config(config: RunConfig, seed: int) -> RunConfig:
 
 
 def _cold_agent(config: RunConfig, cold_dir: Path, agent: str) -> str:
-    return cold_start_agent(Run(cold_dir), config, load_sources(config.data.train), agent, Console())
+    run, console = Run(cold_dir), Console()
+    return cold_start_agent(run, config, load_split(run, config, config.data.train, "train", console), agent, console)
 
 
 def _cold_checkpoints(cold_dir: Path) -> tuple[str, str]:
@@ -79,7 +87,8 @@ def _recipe_rounds(config: RunConfig, cold_dir: Path, recipe_dir: Path, round0: 
     run = prepare_run(config, recipe_dir, console)
     planner, grounder = _cold_checkpoints(cold_dir)
     rounds = matched_rounds if config.recipe == "lumos" else moat_rounds
-    return rounds(run, config, load_sources(config.data.train), planner, grounder, round0, console)
+    train = load_split(run, config, config.data.train, "train", console)
+    return rounds(run, config, train, planner, grounder, round0, console)
 
 
 def _round_records(run: Run, rounds: int) -> dict:
@@ -115,7 +124,8 @@ def run_bench(
     configs = {(s, r): recipe_config(config, r, s) for s in seeds for r in recipes}  # unknown recipes fail here
     cold = {s: root / f"seed{s}" / "cold_start" for s in seeds}
     cold_configs = {s: _cold_config(config, s) for s in seeds}
-    train = load_sources(config.data.train)
+    train, data = load_data(config.data.train, config.data.skip_bad_rows)
+    report_skipped("train", data, console)
     for s in seeds:
         initial_models(prepare_run(cold_configs[s], cold[s], console), cold_configs[s], train, console)
     jobs = [
@@ -150,6 +160,7 @@ def run_bench(
         "seeds": seeds,
         "recipes": recipes,
         "k": {r: configs[seeds[0], r].moat.k for r in recipes},
+        "data": {"train": data},
         "runs": runs,
         "wall_seconds": round(time.time() - started, 1),
     }

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from coalign.config import ConfigError, load_config
-from coalign.errors import DataError
+from coalign.errors import DataError, RunError
 
 app = typer.Typer(help="Train teams of LLM agents to work together (MOAT).", no_args_is_help=True)
 data_app = typer.Typer(help="Make and check task data.", no_args_is_help=True)
@@ -22,6 +22,14 @@ console = Console()
 ConfigArg = Annotated[str, typer.Argument(help="YAML config path, or a bundled config name: tiny, paper")]
 RunDirOpt = Annotated[Optional[Path], typer.Option("--run-dir", help="run folder (default runs/<config name>)")]
 SetOpt = Annotated[list[str], typer.Option("--set", help="override a config key, e.g. --set planner_sft.epochs=3")]
+SkipOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-bad-rows",
+        help="leave out data rows that fail validation (counted by reason, reported, recorded in data.json) "
+        "instead of stopping at the first; same as --set data.skip_bad_rows=true",
+    ),
+]
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -47,9 +55,12 @@ def _fail(err: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _config(name: str, sets: list[str]):
+def _config(name: str, sets: list[str], skip_bad_rows: bool = False):
+    overrides = _overrides(sets)
+    if skip_bad_rows:
+        overrides.setdefault("data", {})["skip_bad_rows"] = True
     try:
-        return load_config(name, _overrides(sets))
+        return load_config(name, overrides)
     except (ConfigError, DataError) as err:
         raise _fail(err) from None
 
@@ -62,17 +73,22 @@ def _show(results: dict) -> None:
 
 
 @app.command()
-def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = []) -> None:  # noqa: B006
+def train(
+    config: ConfigArg,
+    run_dir: RunDirOpt = None,
+    set_: SetOpt = [],  # noqa: B006
+    skip_bad_rows: SkipOpt = False,
+) -> None:
     """Run the config's recipe: `lumos` (independent SFT, the baseline) or `moat` (cold start + MOAT rounds)."""
     from coalign.recipes.lumos import run_lumos
     from coalign.recipes.moat import run_moat
 
-    cfg = _config(config, set_)
+    cfg = _config(config, set_, skip_bad_rows)
     started = time.time()
     recipe = {"lumos": run_lumos, "moat": run_moat}[cfg.recipe]
     try:
         results = recipe(cfg, run_dir or Path("runs") / cfg.name, console)
-    except DataError as err:
+    except (DataError, RunError) as err:
         raise _fail(err) from None
     if cfg.recipe == "moat":
         from coalign.report import eval_table
@@ -91,18 +107,25 @@ def eval_(
     planner: Annotated[Optional[str], typer.Option(help="planner checkpoint (default: the run's)")] = None,
     grounder: Annotated[Optional[str], typer.Option(help="grounder checkpoint (default: the run's)")] = None,
     set_: SetOpt = [],  # noqa: B006
+    skip_bad_rows: SkipOpt = False,
 ) -> None:
     """Planner -> grounder -> executor on the config's held-in and held-out sets."""
     from coalign.recipes.lumos import evaluate_run, prepare_run
 
-    cfg = _config(config, set_)
+    cfg = _config(config, set_, skip_bad_rows)
+    if not cfg.data.heldin and not cfg.data.heldout:
+        raise _fail(RunError(f"{config}: nothing to evaluate; add sets under data.heldin or data.heldout"))
     root = run_dir or Path("runs") / cfg.name
     if planner or grounder:
         root = root / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
     run = prepare_run(cfg, root, console)
     planner = planner or str(run.path("checkpoints", "planner_sft"))
     grounder = grounder or str(run.path("checkpoints", "grounder_sft"))
-    _show(evaluate_run(run, cfg, planner, grounder, console))
+    try:
+        results = evaluate_run(run, cfg, planner, grounder, console)
+    except (DataError, RunError) as err:
+        raise _fail(err) from None
+    _show(results)
 
 
 DEMO_SETTINGS = ["moat.rounds=1", "moat.tasks=200"]  # `coalign bench tiny` runs 2 rounds on 400 tasks
@@ -125,18 +148,25 @@ def _default_workers() -> int:
 
 
 def _bench(
-    config: str, run_dir: Path, seeds: list[int], recipes: list[str], workers: int | None, sets: list[str], name=""
+    config: str,
+    run_dir: Path,
+    seeds: list[int],
+    recipes: list[str],
+    workers: int | None,
+    sets: list[str],
+    name: str = "",
+    skip_bad_rows: bool = False,
 ):
     from rich.markdown import Markdown
 
     from coalign.bench import run_bench
     from coalign.bench_report import report_markdown
 
-    cfg = _config(config, sets)
+    cfg = _config(config, sets, skip_bad_rows)
     started = time.time()
     try:
         results = run_bench(cfg, run_dir, seeds, recipes, workers or _default_workers(), console, name)
-    except (DataError, ValueError) as err:
+    except (DataError, RunError, ValueError) as err:
         raise _fail(err) from None
     console.print(Markdown(report_markdown(results)))
     console.print(f"wall time {time.time() - started:.0f} s")
@@ -152,19 +182,24 @@ def bench(
     workers: Annotated[Optional[int], typer.Option(help="jobs side by side (default: CPU cores; 1 on GPU)")] = None,
     name: Annotated[str, typer.Option(help="prefix of the result files, for several benches in one folder")] = "",
     set_: SetOpt = [],  # noqa: B006
+    skip_bad_rows: SkipOpt = False,
 ) -> None:
     """Lumos vs MOAT vs its ablations over seeds, from shared cold starts: results.json, report.md, plots."""
     from coalign.bench import DEFAULT_RECIPES
 
     names = [r.strip() for r in recipes.split(",") if r.strip()] or list(DEFAULT_RECIPES)
     names += [f"moat_k{k}" for k in _ints(k_sweep, "--k-sweep")]
-    _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_, name)
+    _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_, name, skip_bad_rows)
 
 
 @app.command()
-def demo(run_dir: RunDirOpt = Path("runs/demo"), set_: SetOpt = []) -> None:  # noqa: B006
+def demo(
+    run_dir: RunDirOpt = Path("runs/demo"),
+    set_: SetOpt = [],  # noqa: B006
+    skip_bad_rows: SkipOpt = False,
+) -> None:
     """The bundled default: tiny agents from scratch (Agent Lumos), then one small MOAT round vs the Lumos baseline."""
-    _bench("tiny", run_dir, [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_])
+    _bench("tiny", run_dir, [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_], skip_bad_rows=skip_bad_rows)
 
 
 @app.command("exec")
@@ -199,20 +234,25 @@ def data_suite(
 def data_check_gold(
     kind: Annotated[str, typer.Argument(help="gsm8k or svamp")],
     path: Annotated[Path, typer.Argument(help="the dataset file")],
+    skip_bad_rows: SkipOpt = False,
 ) -> None:
     """Execute the converted gold actions and report how often they reproduce the gold answer."""
+    from coalign.errors import SkippedRows
     from coalign.tasks.gold import gold_execution_report
     from coalign.tasks.gsm8k import load_gsm8k
+    from coalign.tasks.sources import report_skipped
     from coalign.tasks.svamp import load_svamp
 
     loaders = {"gsm8k": load_gsm8k, "svamp": load_svamp}
     if kind not in loaders:
         raise typer.BadParameter(f"kind must be one of {sorted(loaders)}")
+    skipped = SkippedRows()
     try:
-        report = gold_execution_report(loaders[kind](path))
+        tasks = loaders[kind](path, skipped if skip_bad_rows else None)
     except DataError as err:
         raise _fail(err) from None
-    console.print(report.summary())
+    report_skipped(str(path), skipped.summary(), console)
+    console.print(gold_execution_report(tasks).summary())
 
 
 if __name__ == "__main__":

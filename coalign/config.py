@@ -107,7 +107,7 @@ class DataSource(Settings):
 
 
 class DataSettings(Settings):
-    train: list[DataSource]
+    train: list[DataSource] = Field(min_length=1)
     heldin: list[DataSource] = []
     heldout: list[DataSource] = []
     plan_following: float = Field(
@@ -116,6 +116,11 @@ class DataSettings(Settings):
         le=1,
         description="share of training tasks whose subgoals name every operand that are also given to the "
         "grounder with another task's text (tasks/plan_following.py); 0 = off, as in the paper",
+    )
+    skip_bad_rows: bool = Field(
+        False,
+        description="leave out data rows that fail validation (counted by reason, reported and recorded in the "
+        "run) instead of stopping at the first; a source with no task left still stops the run",
     )
 
 

@@ -47,3 +47,15 @@ def test_source_missing_path_is_refused(tmp_path):
 def test_overrides_apply_on_top():
     config = load_config("tiny", {"planner_sft": {"epochs": 1}})
     assert config.planner_sft.epochs == 1
+
+
+def test_empty_training_set_is_refused(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ndata:\n  train: []\n")
+    with pytest.raises(ConfigError, match=r"line 3: field 'data.train': List should have at least 1 item"):
+        load_config(path)
+
+
+def test_skip_bad_rows_is_off_unless_set():
+    assert not load_config("tiny").data.skip_bad_rows
+    assert load_config("tiny", {"data": {"skip_bad_rows": True}}).data.skip_bad_rows

@@ -23,7 +23,7 @@ from coalign.runs import Run, atomic_write_text, read_json, write_json, write_js
 from coalign.stages.sft import sft
 from coalign.tasks import Task
 from coalign.tasks.plan_following import plan_following
-from coalign.tasks.sources import load_source, load_sources, source_name
+from coalign.tasks.sources import load_data, report_skipped, source_name
 
 
 def prepare_run(config: RunConfig, run_dir: str | Path, console: Console) -> Run:
@@ -66,6 +66,15 @@ def grounder_data(config: RunConfig, train: list[Task]) -> list[tuple[str, str]]
     return [grounder_pair(t) for t in train + plan_following(train, config.data.plan_following, config.seed)]
 
 
+def load_split(run: Run, config: RunConfig, sources: list, label: str, console: Console) -> list[Task]:
+    """Tasks of `sources`; rows skipped under `data.skip_bad_rows` are reported and recorded in data.json."""
+    tasks, record = load_data(sources, config.data.skip_bad_rows)
+    report_skipped(label, record, console)
+    path = run.path("data.json")
+    write_json(path, {**(read_json(path) if path.exists() else {}), label: record})
+    return tasks
+
+
 def train_agent(run: Run, stage: str, init: str, examples, settings, seed: int, console: Console) -> str:
     """One SFT stage, skipped when its checkpoint is already complete."""
     out = run.path("checkpoints", stage)
@@ -91,7 +100,7 @@ def evaluate_run(
         per_set = {}
         for source in getattr(config.data, split):
             label = source_name(source)
-            tasks = load_source(source)
+            tasks = load_split(run, config, [source], f"{split}/{label}", console)
             console.print(f"[bold]{name}[/bold] {split}/{label}: {len(tasks)} tasks")
             metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{label}")
             write_jsonl(run.path(name, f"{split}-{label}.predictions.jsonl"), rows)
@@ -159,5 +168,5 @@ def matched_rounds(
 def run_lumos(config: RunConfig, run_dir: str | Path, console: Console) -> dict:
     """Agent Lumos: independent SFT of both agents on ground truth, then evaluation."""
     run = prepare_run(config, run_dir, console)
-    planner, grounder = cold_start(run, config, load_sources(config.data.train), console)
+    planner, grounder = cold_start(run, config, load_split(run, config, config.data.train, "train", console), console)
     return evaluate_run(run, config, planner, grounder, console)

@@ -34,6 +34,7 @@ from coalign.recipes.lumos import (
     evaluate_run,
     grounder_data,
     grounder_pair,
+    load_split,
     prepare_run,
     round_tasks,
     train_agent,
@@ -46,7 +47,6 @@ from coalign.stages.sample import sample_candidates
 from coalign.stages.score import score_completions
 from coalign.tasks import Task
 from coalign.tasks.jsonl import read_jsonl
-from coalign.tasks.sources import load_sources
 from coalign.tools.executor import execute
 
 
@@ -247,7 +247,7 @@ def round_premise(tasks, scores, groundings, reduction: str) -> dict:
 def run_moat(config: RunConfig, run_dir: str | Path, console: Console) -> dict:
     """Cold start, then `config.moat.rounds` rounds of stage 1 and stage 2, evaluating after each."""
     run = prepare_run(config, run_dir, console)
-    train = load_sources(config.data.train)
+    train = load_split(run, config, config.data.train, "train", console)
     planner, grounder = cold_start(run, config, train, console)
     round0 = evaluate_run(run, config, planner, grounder, console, name="round0_eval")
     return moat_rounds(run, config, train, planner, grounder, round0, console)
