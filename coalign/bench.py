@@ -38,7 +38,7 @@ from coalign.tasks.sources import load_data, report_skipped
 ABLATIONS: dict[str, dict] = {
     "moat_no_stage1": {"stage1": False},
     "moat_no_stage2": {"stage2": False},
-    "moat_no_critic": {"critic": "none"},
+    "moat_no_critic": {"critic": "none", "critic_options": {}},  # an llm critic's options do not fit "none"
 }
 DEFAULT_RECIPES = ("lumos", "moat", *ABLATIONS)
 

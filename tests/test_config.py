@@ -59,3 +59,29 @@ def test_empty_training_set_is_refused(tmp_path):
 def test_skip_bad_rows_is_off_unless_set():
     assert not load_config("tiny").data.skip_bad_rows
     assert load_config("tiny", {"data": {"skip_bad_rows": True}}).data.skip_bad_rows
+
+
+LLM = {"base_url": "http://127.0.0.1:8000/v1", "model": "m"}
+
+
+@pytest.mark.parametrize(
+    ("options", "critic", "problem"),
+    [
+        ({**LLM, "api_key": "sk-live-123"}, "llm", "critic_options.api_key: a secret in the config"),
+        ({**LLM, "Authorization": "Bearer x"}, "llm", "critic_options.Authorization: a secret"),
+        ({**LLM, "base_url": "https://user:sk-live-123@api.example.com/v1"}, "llm", "must not hold credentials"),
+        ({**LLM, "base_url": "https://api.example.com/v1?key=sk-live-123"}, "llm", "must not hold credentials"),
+        ({**LLM, "max_call": 3}, "llm", r"unknown llm critic option\(s\) \['max_call'\]"),
+        ({"base_url": "http://x"}, "llm", "missing 1 required positional argument: 'model'"),
+        (LLM, "execution", "critic_options apply to critic 'llm' only"),
+    ],
+)
+def test_critic_options_that_leak_a_secret_or_do_not_fit_are_refused(options, critic, problem):
+    with pytest.raises(ConfigError, match=problem) as err:
+        load_config("tiny", {"moat": {"critic": critic, "critic_options": options}})
+    assert "sk-live-123" not in str(err.value)
+
+
+def test_llm_critic_options_that_fit_are_accepted():
+    options = {**LLM, "api_key_env": "MY_KEY", "max_calls": 100, "max_seconds": 600, "timeout_s": 30}
+    assert load_config("tiny", {"moat": {"critic": "llm", "critic_options": options}}).moat.critic_options == options

@@ -14,6 +14,9 @@
 Every step writes its artifact into the run folder before it is marked done, so a killed run
 resumes at the first unfinished step. `moat.stage1` / `moat.stage2` / `moat.critic: none` give
 the paper's ablations from the same config.
+
+A critic stage with no verdict to train on (e.g. every LLM critic call failed) stops the run
+with the failure counts, since an unchanged grounder would pass for a trained one.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from rich.console import Console
 
 from coalign.agents import Agent, generate
 from coalign.config import RunConfig
+from coalign.errors import RunError
 from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals, planner_prompt
 from coalign.metrics import numeric_match
 from coalign.recipes.lumos import (
@@ -40,7 +44,7 @@ from coalign.recipes.lumos import (
     train_agent,
 )
 from coalign.runs import Run, read_json, write_json, write_jsonl
-from coalign.stages.critic import CriticInput, make_critic
+from coalign.stages.critic import CriticInput, make_critic, verdict_counts
 from coalign.stages.dpo import dpo
 from coalign.stages.pairs import auc, point_biserial, select_pair
 from coalign.stages.sample import sample_candidates
@@ -203,9 +207,14 @@ def critic_stage(run: Run, r: int, config: RunConfig, tasks, candidates, groundi
             for item, v in zip(items, verdicts)
         ]
         write_jsonl(path, rows)
-        stats = getattr(critic, "stats", {})
-        successes = sum(v.success for v in verdicts)
-        run.mark_done(stage, {"judged": len(rows), "successes": successes, "critic": critic.name, **stats}, started)
+        info = {**verdict_counts(verdicts), "critic": critic.name, **getattr(critic, "stats", {})}
+        if verdicts and not info["usable"]:  # not marked done: a rerun asks the critic again
+            raise RunError(
+                f"round {r} stage 2: the {critic.name} critic gave no verdict to train on ({info}). "
+                f"Check the critic (its server at critic_options.base_url, the key named by api_key_env) "
+                f"or raise its budget (max_calls, max_seconds); each item's note is in {path}"
+            )
+        run.mark_done(stage, info, started)
     return _rows(path)
 
 
