@@ -166,7 +166,12 @@ class MoatSettings(Settings):
 
     @model_validator(mode="after")
     def _runnable(self) -> "MoatSettings":
-        """Refuse critic options that would fail hours into a run, or leak a secret."""
+        """Refuse what would fail hours into a run (K=1, critic options that do not fit) or leak a secret."""
+        if self.stage1 and self.k < 2:
+            raise ValueError(
+                "k must be >= 2 when stage1 is on: a preference pair needs two candidates "
+                "(set moat.k >= 2, or moat.stage1: false)"
+            )
         check_critic_options(self.critic, self.critic_options)
         return self
 

@@ -61,6 +61,12 @@ def test_skip_bad_rows_is_off_unless_set():
     assert load_config("tiny", {"data": {"skip_bad_rows": True}}).data.skip_bad_rows
 
 
+def test_k_of_one_is_refused_while_stage1_needs_pairs():
+    with pytest.raises(ConfigError, match=r"field 'moat': .*k must be >= 2 when stage1 is on"):
+        load_config("tiny", {"moat": {"k": 1}})
+    assert load_config("tiny", {"moat": {"k": 1, "stage1": False}}).moat.k == 1
+
+
 LLM = {"base_url": "http://127.0.0.1:8000/v1", "model": "m"}
 
 

@@ -15,8 +15,10 @@ Every step writes its artifact into the run folder before it is marked done, so 
 resumes at the first unfinished step. `moat.stage1` / `moat.stage2` / `moat.critic: none` give
 the paper's ablations from the same config.
 
-A critic stage with no verdict to train on (e.g. every LLM critic call failed) stops the run
-with the failure counts, since an unchanged grounder would pass for a trained one.
+Degenerate rounds are defined, not crashes: a round whose stage 1 keeps no pair (all K scores equal,
+or every gap under the threshold) skips DPO with a warning and the reasons in its `pairs` record; a
+critic stage with no verdict to train on (e.g. every LLM critic call failed) stops the run with the
+failure counts, since an unchanged grounder would pass for a trained one.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from coalign.recipes.lumos import (
 from coalign.runs import Run, read_json, write_json, write_jsonl
 from coalign.stages.critic import CriticInput, make_critic, verdict_counts
 from coalign.stages.dpo import dpo
-from coalign.stages.pairs import auc, point_biserial, select_pair
+from coalign.stages.pairs import auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
 from coalign.stages.sample import sample_candidates
 from coalign.stages.score import score_completions
 from coalign.tasks import Task
@@ -101,7 +103,7 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
                 "scores": [
                     {
                         "mean": s.value("mean"),
-                        "content": s.value("content"),
+                        "content": s.value("content") if s.n_content else None,  # no tool argument
                         "sum": s.value("sum"),
                         "tokens": s.n_tokens,
                     }
@@ -120,9 +122,9 @@ def pair_stage(run: Run, r: int, config: RunConfig, tasks, candidates, scores) -
     stage, path = f"round{r}_pairs", run.path(f"round{r}", "pairs.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
-        rows = []
-        for task, cands, task_scores in zip(tasks, candidates, scores):
-            pair = select_pair([s[m.score_reduction] for s in task_scores], m.pair_threshold, m.pair_gap_on)
+        rows, values = [], [[s[m.score_reduction] for s in task_scores] for task_scores in scores]
+        for task, cands, task_values in zip(tasks, candidates, values):
+            pair = None if None in task_values else select_pair(task_values, m.pair_threshold, m.pair_gap_on)
             if pair is not None:
                 rows.append(
                     {
@@ -134,7 +136,8 @@ def pair_stage(run: Run, r: int, config: RunConfig, tasks, candidates, scores) -
                     }
                 )
         write_jsonl(path, rows)
-        run.mark_done(stage, {"pairs": len(rows), "kept_fraction": len(rows) / max(1, len(tasks))}, started)
+        kept = {"pairs": len(rows), "kept_fraction": len(rows) / max(1, len(tasks))}
+        run.mark_done(stage, {**kept, **unpaired_counts(values, len(rows))}, started)
     return _rows(path)
 
 
@@ -144,8 +147,10 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
     if not run.is_done(stage):
         started = time.time()
         if not pairs:
-            console.print(f"[yellow]round {r}: no preference pair passed the gap threshold; planner unchanged[/yellow]")
-            run.mark_done(stage, {"pairs": 0, "path": planner}, started)
+            m = config.moat
+            advice = no_pair_advice(run.stage_info(f"round{r}_pairs"), m.pair_threshold, m.pair_gap_on)
+            console.print(f"[yellow]round {r} stage 1: {advice}; DPO skipped, planner unchanged[/yellow]")
+            run.mark_done(stage, {"pairs": 0, "path": planner, "skipped": advice}, started)
         else:
             console.print(f"[bold]round {r} stage 1[/bold]: DPO on {len(pairs)} pairs")
             dpo(
@@ -232,6 +237,10 @@ def grounder_stage(
     n_initial = min(len(initial), round(len(built) * config.moat.mix_ratio))
     examples = built + rng.sample(initial, n_initial)
     rng.shuffle(examples)
+    if not any(v["success"] for v in verdicts):
+        console.print(
+            f"[yellow]round {r} stage 2: the critic accepted no grounding; training on corrections only[/yellow]"
+        )
     console.print(f"[bold]round {r} stage 2[/bold]: {len(built)} critic-built + {n_initial} initial examples")
     return train_agent(
         run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console
@@ -243,6 +252,8 @@ def round_premise(tasks, scores, groundings, reduction: str) -> dict:
     nll, success = [], []
     for task, task_scores, acts in zip(tasks, scores, groundings):
         for s, a in zip(task_scores, acts):
+            if s[reduction] is None:  # the content reduction of a task without tool arguments
+                continue
             nll.append(s[reduction])
             success.append(numeric_match(execute(a, task.family).answer, task.answer))
     return {
