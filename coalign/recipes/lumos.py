@@ -75,13 +75,15 @@ def load_split(run: Run, config: RunConfig, sources: list, label: str, console: 
     return tasks
 
 
-def train_agent(run: Run, stage: str, init: str, examples, settings, seed: int, console: Console) -> str:
+def train_agent(
+    run: Run, stage: str, init: str, examples, settings, seed: int, console: Console, trust_remote_code: bool = False
+) -> str:
     """One SFT stage, skipped when its checkpoint is already complete."""
     out = run.path("checkpoints", stage)
     if not run.is_done(stage):
         started = time.time()
         console.print(f"[bold]{stage}[/bold]: SFT on {len(examples)} examples from {init}")
-        sft(init, examples, out, settings, seed=seed)
+        sft(init, examples, out, settings, seed=seed, trust_remote_code=trust_remote_code)
         run.mark_done(stage, {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}, started)
     return str(out)
 
@@ -114,12 +116,15 @@ def evaluate_run(
 def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str, console: Console) -> str:
     """Independent SFT of one agent ("planner" or "grounder") on ground truth; returns its checkpoint."""
     planner_init, grounder_init = initial_models(run, config, train, console)
+    trust = config.models.trust_remote_code
     if agent == "planner":
         examples = [planner_pair(t) for t in train]
-        return train_agent(run, "planner_sft", planner_init, examples, config.planner_sft, config.seed, console)
+        return train_agent(run, "planner_sft", planner_init, examples, config.planner_sft, config.seed, console, trust)
     if agent == "grounder":
         examples = grounder_data(config, train)
-        return train_agent(run, "grounder_sft", grounder_init, examples, config.grounder_sft, config.seed, console)
+        return train_agent(
+            run, "grounder_sft", grounder_init, examples, config.grounder_sft, config.seed, console, trust
+        )
     raise ValueError(f"agent must be planner or grounder, got {agent!r}")
 
 
@@ -152,14 +157,15 @@ def matched_rounds(
     for r in range(1, m.rounds + 1):
         planner = train_agent(
             run, f"round{r}_planner_sft", planner, [planner_pair(t) for t in tasks], config.planner_round_sft,
-            config.seed, console,
+            config.seed, console, config.models.trust_remote_code,
         )  # fmt: skip
         pool = list(gold)
         random.Random(config.seed * 1000 + r).shuffle(pool)  # per round, so a resumed run draws the same
         examples = [pool[i % len(pool)] for i in range(n_grounder)]
         grounder = train_agent(
-            run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console
-        )
+            run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console,
+            config.models.trust_remote_code,
+        )  # fmt: skip
         history[f"round{r}"] = evaluate_run(run, config, planner, grounder, console, name=f"round{r}_eval")
     write_json(run.path("rounds.json"), history)
     return history

@@ -74,9 +74,8 @@ def sample_stage(run: Run, r: int, config: RunConfig, planner: str, tasks: list[
     if not run.is_done(stage):
         started, m = time.time(), config.moat
         torch.manual_seed(config.seed * 1000 + r)
-        candidates = sample_candidates(
-            Agent.load(planner), tasks, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size
-        )
+        agent = Agent.load(planner, config.models.trust_remote_code)
+        candidates = sample_candidates(agent, tasks, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size)
         write_jsonl(path, [{"id": t.id, "candidates": c} for t, c in zip(tasks, candidates)])
         run.mark_done(stage, {"tasks": len(tasks), "k": m.k}, started)
     return [row["candidates"] for row in _rows(path)]
@@ -93,8 +92,9 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
             for cand in cands:
                 users.append(grounder_prompt(task.question, cand, task.family))
                 completions.append(gold)
+        agent = Agent.load(grounder, config.models.trust_remote_code)
         scores = score_completions(
-            Agent.load(grounder), users, completions, config.moat.batch_size, share_prefix=config.moat.share_prefix
+            agent, users, completions, config.moat.batch_size, share_prefix=config.moat.share_prefix
         )
         k = config.moat.k
         rows = [
@@ -159,6 +159,7 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
                 out,
                 config.planner_dpo,
                 config.seed,
+                trust_remote_code=config.models.trust_remote_code,
             )
             run.mark_done(stage, {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}, started)
     return run.stage_info(stage)["path"]
@@ -172,7 +173,7 @@ def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, cand
         torch.manual_seed(config.seed * 1000 + 500 + r)
         users = [grounder_prompt(t.question, c, t.family) for t, cands in zip(tasks, candidates) for c in cands]
         outs = generate(
-            Agent.load(grounder),
+            Agent.load(grounder, config.models.trust_remote_code),
             users,
             m.max_new_tokens_ground,
             m.batch_size,
@@ -243,8 +244,9 @@ def grounder_stage(
         )
     console.print(f"[bold]round {r} stage 2[/bold]: {len(built)} critic-built + {n_initial} initial examples")
     return train_agent(
-        run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console
-    )
+        run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console,
+        trust_remote_code=config.models.trust_remote_code,
+    )  # fmt: skip
 
 
 def round_premise(tasks, scores, groundings, reduction: str) -> dict:
