@@ -27,18 +27,19 @@ from coalign.recipes.lumos import (
     cold_start_agent,
     evaluate_run,
     initial_models,
+    load_split,
     matched_rounds,
     prepare_run,
     record_config,
 )
 from coalign.recipes.moat import moat_rounds
 from coalign.runs import Run, read_json, write_json
-from coalign.tasks.sources import load_sources
+from coalign.tasks.sources import load_data, report_skipped
 
 ABLATIONS: dict[str, dict] = {
     "moat_no_stage1": {"stage1": False},
     "moat_no_stage2": {"stage2": False},
-    "moat_no_critic": {"critic": "none"},
+    "moat_no_critic": {"critic": "none", "critic_options": {}},  # an llm critic's options do not fit "none"
 }
 DEFAULT_RECIPES = ("lumos", "moat", *ABLATIONS)
 
@@ -69,7 +70,8 @@ def _cold_config(config: RunConfig, seed: int) -> RunConfig:
 
 
 def _cold_agent(config: RunConfig, cold_dir: Path, agent: str) -> str:
-    return cold_start_agent(Run(cold_dir), config, load_sources(config.data.train), agent, Console())
+    run, console = Run(cold_dir), Console()
+    return cold_start_agent(run, config, load_split(run, config, config.data.train, "train", console), agent, console)
 
 
 def _cold_checkpoints(cold_dir: Path) -> tuple[str, str]:
@@ -86,7 +88,8 @@ def _recipe_rounds(config: RunConfig, cold_dir: Path, recipe_dir: Path, round0: 
     run = prepare_run(config, recipe_dir, console)
     planner, grounder = _cold_checkpoints(cold_dir)
     rounds = matched_rounds if config.recipe == "lumos" else moat_rounds
-    return rounds(run, config, load_sources(config.data.train), planner, grounder, round0, console)
+    train = load_split(run, config, config.data.train, "train", console)
+    return rounds(run, config, train, planner, grounder, round0, console)
 
 
 def _round_records(run: Run, rounds: int) -> dict:
@@ -129,7 +132,8 @@ def run_bench(
         record_config(Run(cold[s]), cold_configs[s], force)
     for key, recipe_dir in recipe_dirs.items():
         record_config(Run(recipe_dir), configs[key], force)
-    train = load_sources(config.data.train)
+    train, data = load_data(config.data.train, config.data.skip_bad_rows)
+    report_skipped("train", data, console)
     for s in seeds:
         initial_models(prepare_run(cold_configs[s], cold[s], console), cold_configs[s], train, console)
     jobs = [
@@ -164,6 +168,7 @@ def run_bench(
         "seeds": seeds,
         "recipes": recipes,
         "k": {r: configs[seeds[0], r].moat.k for r in recipes},
+        "data": {"train": data},
         "runs": runs,
         "wall_seconds": round(time.time() - started, 1),
     }

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from coalign.config import ConfigError, load_config
-from coalign.errors import DataError
+from coalign.errors import DataError, RunError
 
 app = typer.Typer(help="Train teams of LLM agents to work together (MOAT).", no_args_is_help=True)
 data_app = typer.Typer(help="Make and check task data.", no_args_is_help=True)
@@ -26,6 +26,14 @@ ForceOpt = Annotated[
     bool,
     typer.Option(
         "--force", help="resume a run folder whose config differs (finished stages kept, old config in config.history/)"
+    ),
+]
+SkipOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-bad-rows",
+        help="leave out data rows that fail validation (counted by reason, reported, recorded in data.json) "
+        "instead of stopping at the first; same as --set data.skip_bad_rows=true",
     ),
 ]
 
@@ -53,9 +61,12 @@ def _fail(err: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _config(name: str, sets: list[str]):
+def _config(name: str, sets: list[str], skip_bad_rows: bool = False):
+    overrides = _overrides(sets)
+    if skip_bad_rows:
+        overrides.setdefault("data", {})["skip_bad_rows"] = True
     try:
-        return load_config(name, _overrides(sets))
+        return load_config(name, overrides)
     except (ConfigError, DataError) as err:
         raise _fail(err) from None
 
@@ -68,17 +79,23 @@ def _show(results: dict) -> None:
 
 
 @app.command()
-def train(config: ConfigArg, run_dir: RunDirOpt = None, set_: SetOpt = [], force: ForceOpt = False) -> None:  # noqa: B006
+def train(
+    config: ConfigArg,
+    run_dir: RunDirOpt = None,
+    set_: SetOpt = [],  # noqa: B006
+    force: ForceOpt = False,
+    skip_bad_rows: SkipOpt = False,
+) -> None:
     """Run the config's recipe: `lumos` (independent SFT, the baseline) or `moat` (cold start + MOAT rounds)."""
     from coalign.recipes.lumos import run_lumos
     from coalign.recipes.moat import run_moat
 
-    cfg = _config(config, set_)
+    cfg = _config(config, set_, skip_bad_rows)
     started = time.time()
     recipe = {"lumos": run_lumos, "moat": run_moat}[cfg.recipe]
     try:
         results = recipe(cfg, run_dir or Path("runs") / cfg.name, console, force)
-    except DataError as err:
+    except (DataError, RunError) as err:
         raise _fail(err) from None
     if cfg.recipe == "moat":
         from coalign.report import eval_table
@@ -98,18 +115,25 @@ def eval_(
     grounder: Annotated[Optional[str], typer.Option(help="grounder checkpoint (default: the run's)")] = None,
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
+    skip_bad_rows: SkipOpt = False,
 ) -> None:
     """Planner -> grounder -> executor on the config's held-in and held-out sets."""
     from coalign.recipes.lumos import evaluate_run, prepare_run
 
-    cfg = _config(config, set_)
+    cfg = _config(config, set_, skip_bad_rows)
+    if not cfg.data.heldin and not cfg.data.heldout:
+        raise _fail(RunError(f"{config}: nothing to evaluate; add sets under data.heldin or data.heldout"))
     root = run_dir or Path("runs") / cfg.name
     if planner or grounder:
         root = root / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
     run = prepare_run(cfg, root, console, force)
     planner = planner or str(run.path("checkpoints", "planner_sft"))
     grounder = grounder or str(run.path("checkpoints", "grounder_sft"))
-    _show(evaluate_run(run, cfg, planner, grounder, console))
+    try:
+        results = evaluate_run(run, cfg, planner, grounder, console)
+    except (DataError, RunError) as err:
+        raise _fail(err) from None
+    _show(results)
 
 
 DEMO_SETTINGS = ["moat.rounds=1", "moat.tasks=200"]  # `coalign bench tiny` runs 2 rounds on 400 tasks
@@ -140,17 +164,18 @@ def _bench(
     sets: list[str],
     name: str = "",
     force: bool = False,
+    skip_bad_rows: bool = False,
 ):
     from rich.markdown import Markdown
 
     from coalign.bench import run_bench
     from coalign.bench_report import report_markdown
 
-    cfg = _config(config, sets)
+    cfg = _config(config, sets, skip_bad_rows)
     started = time.time()
     try:
         results = run_bench(cfg, run_dir, seeds, recipes, workers or _default_workers(), console, name, force)
-    except (DataError, ValueError) as err:
+    except (DataError, RunError, ValueError) as err:
         raise _fail(err) from None
     console.print(Markdown(report_markdown(results)))
     console.print(f"wall time {time.time() - started:.0f} s")
@@ -167,19 +192,27 @@ def bench(
     name: Annotated[str, typer.Option(help="prefix of the result files, for several benches in one folder")] = "",
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
+    skip_bad_rows: SkipOpt = False,
 ) -> None:
     """Lumos vs MOAT vs its ablations over seeds, from shared cold starts: results.json, report.md, plots."""
     from coalign.bench import DEFAULT_RECIPES
 
     names = [r.strip() for r in recipes.split(",") if r.strip()] or list(DEFAULT_RECIPES)
     names += [f"moat_k{k}" for k in _ints(k_sweep, "--k-sweep")]
-    _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_, name, force)
+    _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_, name, force, skip_bad_rows)
 
 
 @app.command()
-def demo(run_dir: RunDirOpt = Path("runs/demo"), set_: SetOpt = [], force: ForceOpt = False) -> None:  # noqa: B006
+def demo(
+    run_dir: RunDirOpt = Path("runs/demo"),
+    set_: SetOpt = [],  # noqa: B006
+    force: ForceOpt = False,
+    skip_bad_rows: SkipOpt = False,
+) -> None:
     """The bundled default: tiny agents from scratch (Agent Lumos), then one small MOAT round vs the Lumos baseline."""
-    _bench("tiny", run_dir, [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_], force=force)
+    _bench(
+        "tiny", run_dir, [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_], force=force, skip_bad_rows=skip_bad_rows
+    )
 
 
 @app.command("exec")
@@ -214,20 +247,25 @@ def data_suite(
 def data_check_gold(
     kind: Annotated[str, typer.Argument(help="gsm8k or svamp")],
     path: Annotated[Path, typer.Argument(help="the dataset file")],
+    skip_bad_rows: SkipOpt = False,
 ) -> None:
     """Execute the converted gold actions and report how often they reproduce the gold answer."""
+    from coalign.errors import SkippedRows
     from coalign.tasks.gold import gold_execution_report
     from coalign.tasks.gsm8k import load_gsm8k
+    from coalign.tasks.sources import report_skipped
     from coalign.tasks.svamp import load_svamp
 
     loaders = {"gsm8k": load_gsm8k, "svamp": load_svamp}
     if kind not in loaders:
         raise typer.BadParameter(f"kind must be one of {sorted(loaders)}")
+    skipped = SkippedRows()
     try:
-        report = gold_execution_report(loaders[kind](path))
+        tasks = loaders[kind](path, skipped if skip_bad_rows else None)
     except DataError as err:
         raise _fail(err) from None
-    console.print(report.summary())
+    report_skipped(str(path), skipped.summary(), console)
+    console.print(gold_execution_report(tasks).summary())
 
 
 if __name__ == "__main__":

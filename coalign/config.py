@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -107,7 +108,7 @@ class DataSource(Settings):
 
 
 class DataSettings(Settings):
-    train: list[DataSource]
+    train: list[DataSource] = Field(min_length=1)
     heldin: list[DataSource] = []
     heldout: list[DataSource] = []
     plan_following: float = Field(
@@ -116,6 +117,11 @@ class DataSettings(Settings):
         le=1,
         description="share of training tasks whose subgoals name every operand that are also given to the "
         "grounder with another task's text (tasks/plan_following.py); 0 = off, as in the paper",
+    )
+    skip_bad_rows: bool = Field(
+        False,
+        description="leave out data rows that fail validation (counted by reason, reported and recorded in the "
+        "run) instead of stopping at the first; a source with no task left still stops the run",
     )
 
 
@@ -157,6 +163,42 @@ class MoatSettings(Settings):
     share_prefix: bool = Field(
         False, description="stage-1 scoring runs the prompt prefix a task's K candidates share once (same scores)"
     )
+
+    @model_validator(mode="after")
+    def _runnable(self) -> "MoatSettings":
+        """Refuse what would fail hours into a run (K=1, critic options that do not fit) or leak a secret."""
+        if self.stage1 and self.k < 2:
+            raise ValueError(
+                "k must be >= 2 when stage1 is on: a preference pair needs two candidates "
+                "(set moat.k >= 2, or moat.stage1: false)"
+            )
+        check_critic_options(self.critic, self.critic_options)
+        return self
+
+
+SECRET_OPTIONS = frozenset({"api_key", "apikey", "key", "token", "access_token", "secret", "password", "authorization"})
+
+
+def check_critic_options(critic: str, options: dict) -> None:
+    """ValueError unless `options` build the critic; a secret in them would be saved with the run's config."""
+    secret = sorted(name for name in options if str(name).lower() in SECRET_OPTIONS)
+    if secret:
+        raise ValueError(
+            f"critic_options.{secret[0]}: a secret in the config is saved with the run; put the key in an "
+            "environment variable and give its name as critic_options.api_key_env"
+        )
+    url = urlsplit(str(options.get("base_url", "")))
+    if url.username or url.password or url.query:
+        raise ValueError("critic_options.base_url must not hold credentials or a query; use api_key_env for the key")
+    if critic != "llm" and options:
+        raise ValueError(f"critic_options apply to critic 'llm' only; critic is '{critic}'")
+    if critic == "llm" and options.get("backend", "openai") == "openai":
+        from coalign.stages.critic import make_critic  # the critic's own signatures say what fits
+
+        try:
+            make_critic(critic, **options)
+        except TypeError as exc:
+            raise ValueError(f"critic_options do not fit the llm critic: {exc}") from None
 
 
 class RunConfig(Settings):

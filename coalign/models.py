@@ -14,9 +14,11 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from coalign.config import TinySpec
+from coalign.errors import RunError
 from coalign.formats import ASSISTANT_TAG, EOS, USER_TAG, lumos_generation_prompt
 
 SPECIAL_TOKENS = ["<unk>", "<s>", EOS, "<pad>", USER_TAG.strip(), ASSISTANT_TAG.strip()]
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -90,8 +92,27 @@ def load_tokenizer(path_or_id: str | Path, trust_remote_code: bool = False):
     return tokenizer
 
 
+def check_safetensors(path_or_id: str | Path) -> None:
+    """RunError for a local folder without safetensors weights, naming any pickle weights it holds.
+
+    Unpickling a checkpoint can run any code it carries, so coalign never loads one; transformers
+    would refuse too (`use_safetensors=True`), but without saying why or what to do.
+    """
+    folder = Path(path_or_id)
+    if not folder.is_dir() or any(folder.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for pattern in PICKLE_WEIGHTS for p in folder.glob(pattern))
+    found = f"only pickle weights ({', '.join(pickles)})" if pickles else "no safetensors weights"
+    raise RunError(
+        f"{folder} holds {found}. coalign loads safetensors only, since unpickling a file can run code it "
+        "carries; convert weights you trust with save_pretrained(folder, safe_serialization=True)"
+    )
+
+
 def load_model(path_or_id: str | Path, trust_remote_code: bool = False, dtype: str = "auto"):
-    """Any causal LM from a local folder or a hub id; safetensors weights only (no pickle)."""
+    """Any causal LM from a local folder or a hub id; safetensors weights only (no pickle), and the model's
+    own Python code only when `trust_remote_code` (the config's `models.trust_remote_code`, off by default)."""
+    check_safetensors(path_or_id)
     model = AutoModelForCausalLM.from_pretrained(
         str(path_or_id), trust_remote_code=trust_remote_code, dtype=dtype, use_safetensors=True
     )

@@ -105,6 +105,9 @@ def test_recipe_configs():
     assert recipe_config(base, "moat_no_stage1", 3).moat.stage1 is False
     assert recipe_config(base, "moat_no_stage2", 3).moat.stage2 is False
     assert recipe_config(base, "moat_no_critic", 3).moat.critic == "none"
+    critic = {"critic": "llm", "critic_options": {"base_url": "http://x", "model": "m"}}
+    llm = load_config("tiny", {**BENCH, "moat": {**BENCH["moat"], **critic}})
+    assert recipe_config(llm, "moat_no_critic", 3).moat.critic_options == {}  # llm options do not fit "none"
     assert recipe_config(base, "moat_k7", 3).moat.k == 7
     lumos = recipe_config(base, "lumos", 3)
     assert (lumos.recipe, lumos.seed, lumos.moat.k) == ("lumos", 3, base.moat.k)

@@ -1,10 +1,12 @@
-"""The `coalign` command: exec prints a trace; bad configs fail with a located message."""
+"""The `coalign` command: exec prints a trace; bad configs and data fail with a located message or are skipped."""
 
 import json
 
+import yaml
 from typer.testing import CliRunner
 
 from coalign.cli import app
+from tests.test_pipeline import TINY
 
 runner = CliRunner()
 
@@ -41,3 +43,54 @@ def test_check_gold_reports_a_malformed_line(tmp_path):
     result = runner.invoke(app, ["data", "check-gold", "gsm8k", str(bad)])
     assert result.exit_code == 2
     assert f"{bad}, line 2: field 'question'" in result.output
+
+
+def _bad_data_config(tmp_path):
+    """The pipeline test's tiny config, training and evaluating on a GSM8K file whose lines 2 and 4 are bad."""
+    data = tmp_path / "test.jsonl"
+    good = json.dumps({"question": "Tom has 2 apples and gets 3. How many?", "answer": "2+3=<<2+3=5>>5\n#### 5"})
+    data.write_text("\n".join([good, '{"question": ', good, json.dumps({"answer": "#### 1"})]) + "\n")
+    config = {
+        **TINY,
+        "data": {
+            "train": [{"kind": "suite", "split": "train", "n": 24}, {"kind": "gsm8k", "path": str(data)}],
+            "heldin": [{"kind": "gsm8k", "path": str(data)}],
+        },
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, data
+
+
+def test_train_stops_at_the_first_bad_row_or_skips_and_records_bad_rows(tmp_path):
+    config, data = _bad_data_config(tmp_path)
+    stopped = runner.invoke(app, ["train", str(config), "--run-dir", str(tmp_path / "strict")])
+    assert stopped.exit_code == 2 and f"{data}, line 2: invalid JSON" in stopped.output
+    assert not (tmp_path / "strict" / "checkpoints").exists()
+
+    result = runner.invoke(app, ["train", str(config), "--run-dir", str(tmp_path / "run"), "--skip-bad-rows"])
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert "train: skipped 2 bad rows (invalid JSON x1, missing field 'question' x1)" in output
+    assert "heldin/gsm8k: skipped 2 bad rows" in output
+    record = json.loads((tmp_path / "run" / "data.json").read_text())
+    assert record["train"]["tasks"] == 26 and record["heldin/gsm8k"]["tasks"] == 2
+    for label in ("train", "heldin/gsm8k"):
+        assert record[label]["skipped_rows"] == 2
+        assert record[label]["by_reason"] == {"invalid JSON": 1, "missing field 'question'": 1}
+        assert record[label]["examples"][1] == f"{data}, line 4: field 'question': missing"
+    assert "skip_bad_rows: true" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_check_gold_can_skip_bad_rows(tmp_path):
+    _, data = _bad_data_config(tmp_path)
+    result = runner.invoke(app, ["data", "check-gold", "gsm8k", str(data), "--skip-bad-rows"])
+    assert result.exit_code == 0
+    assert "skipped 2 bad rows" in result.output and "on 2/2 tasks" in result.output
+
+
+def test_eval_without_sets_says_so(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"name": "x", "data": {"train": [{"kind": "suite", "split": "train", "n": 4}]}}))
+    result = runner.invoke(app, ["eval", str(config), "--run-dir", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "nothing to evaluate" in result.output

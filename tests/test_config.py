@@ -79,3 +79,47 @@ def test_resume_with_a_changed_config_is_refused_unless_forced(tmp_path):
     assert kept.endswith(config_to_yaml(first))
     record_config(run, first, force=True)
     assert sorted(p.name for p in (tmp_path / "config.history").iterdir()) == ["001.yaml", "002.yaml"]
+
+
+def test_empty_training_set_is_refused(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ndata:\n  train: []\n")
+    with pytest.raises(ConfigError, match=r"line 3: field 'data.train': List should have at least 1 item"):
+        load_config(path)
+
+
+def test_skip_bad_rows_is_off_unless_set():
+    assert not load_config("tiny").data.skip_bad_rows
+    assert load_config("tiny", {"data": {"skip_bad_rows": True}}).data.skip_bad_rows
+
+
+def test_k_of_one_is_refused_while_stage1_needs_pairs():
+    with pytest.raises(ConfigError, match=r"field 'moat': .*k must be >= 2 when stage1 is on"):
+        load_config("tiny", {"moat": {"k": 1}})
+    assert load_config("tiny", {"moat": {"k": 1, "stage1": False}}).moat.k == 1
+
+
+LLM = {"base_url": "http://127.0.0.1:8000/v1", "model": "m"}
+
+
+@pytest.mark.parametrize(
+    ("options", "critic", "problem"),
+    [
+        ({**LLM, "api_key": "sk-live-123"}, "llm", "critic_options.api_key: a secret in the config"),
+        ({**LLM, "Authorization": "Bearer x"}, "llm", "critic_options.Authorization: a secret"),
+        ({**LLM, "base_url": "https://user:sk-live-123@api.example.com/v1"}, "llm", "must not hold credentials"),
+        ({**LLM, "base_url": "https://api.example.com/v1?key=sk-live-123"}, "llm", "must not hold credentials"),
+        ({**LLM, "max_call": 3}, "llm", r"unknown llm critic option\(s\) \['max_call'\]"),
+        ({"base_url": "http://x"}, "llm", "missing 1 required positional argument: 'model'"),
+        (LLM, "execution", "critic_options apply to critic 'llm' only"),
+    ],
+)
+def test_critic_options_that_leak_a_secret_or_do_not_fit_are_refused(options, critic, problem):
+    with pytest.raises(ConfigError, match=problem) as err:
+        load_config("tiny", {"moat": {"critic": critic, "critic_options": options}})
+    assert "sk-live-123" not in str(err.value)
+
+
+def test_llm_critic_options_that_fit_are_accepted():
+    options = {**LLM, "api_key_env": "MY_KEY", "max_calls": 100, "max_seconds": 600, "timeout_s": 30}
+    assert load_config("tiny", {"moat": {"critic": "llm", "critic_options": options}}).moat.critic_options == options

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from coalign.config import RunConfig, load_config
+from coalign.errors import RunError
+from coalign.recipes.moat import critic_stage
+from coalign.runs import Run
 from coalign.stages.critic import (
     CriticInput,
     ExecutionCritic,
@@ -22,9 +24,11 @@ from coalign.stages.critic import (
     openai_backend,
     parse_verdict,
     reindex,
+    verdict_counts,
 )
 from coalign.tasks import Task
 from coalign.tools.executor import execute
+from tests.fault_server import KEY, Reply, Server
 
 # gold numbering has gaps on purpose: corrections must come back as R1, R2
 TASK = Task(
@@ -40,7 +44,6 @@ GOLD = "R1 = Calculator(48 / 2); R2 = Calculator(48 + R1)"
 SUBGOALS = ("Half of 48", "Add 48")
 RIGHT = "R1 = Calculator(48 / 2); R2 = Calculator(R1 + 48)"
 WRONG = "R1 = Calculator(48 * 2)"
-KEY = "sk-test-7f3a9c1e-unique-secret"
 
 
 def item(actions: str = RIGHT) -> CriticInput:
@@ -140,93 +143,6 @@ def test_parse_verdict(text: str, expected: tuple) -> None:
 
 
 # --------------------------------------------------------------------------- LLM critic over loopback HTTP
-
-
-@dataclass
-class Reply:
-    """One scripted server response."""
-
-    content: str | None = "Final answer reached"  # chat message content (None: use `raw`)
-    status: int = 200
-    delay_s: float = 0.0
-    headers: dict[str, str] = field(default_factory=dict)
-    raw: bytes | None = None  # the body as sent
-    declared_length: int | None = None  # Content-Length that lies about `raw`
-    echo_auth: bool = False  # put the request's Authorization header in the body (a careless server)
-
-
-@dataclass
-class Server:
-    url: str
-    script: list[Reply]  # popped per request; the default Reply once empty
-    default: Reply = field(default_factory=Reply)
-    auth: list[str | None] = field(default_factory=list)
-    bodies: list[dict] = field(default_factory=list)
-    in_flight: int = 0
-    max_in_flight: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _handler(server: Server) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args) -> None:  # keep test output quiet
-            pass
-
-        def do_POST(self) -> None:
-            with server.lock:
-                server.in_flight += 1
-                server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                reply = server.script.pop(0) if server.script else server.default
-            try:
-                self._respond(reply)
-            except OSError:  # the client gave up (timeout test)
-                pass
-            finally:
-                with server.lock:
-                    server.in_flight -= 1
-
-        def _respond(self, reply: Reply) -> None:
-            length = int(self.headers.get("Content-Length", 0))
-            body = json.loads(self.rfile.read(length))
-            auth = self.headers.get("Authorization")
-            with server.lock:
-                server.auth.append(auth)
-                server.bodies.append(body)
-            time.sleep(reply.delay_s)
-            if auth != f"Bearer {KEY}" or self.path != "/v1/chat/completions":
-                reply = Reply(None, 401, raw=b'{"error": "bad key or path"}')
-            if reply.raw is not None:
-                data = reply.raw
-            elif reply.echo_auth:
-                data = json.dumps({"error": f"rejected header Authorization: {auth}"}).encode()
-            else:
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply.content}}]}).encode()
-            self.send_response(reply.status)
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(reply.declared_length or len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("COALIGN_TEST_KEY", KEY)
-    state = Server(url="", script=[])
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    httpd.daemon_threads = True
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=5)
 
 
 def critic(server: Server, **kwargs) -> LLMCritic:
@@ -379,3 +295,101 @@ def test_the_key_never_leaks(server: Server) -> None:
     texts = [repr(llm), str(llm.stats), json.dumps(llm.stats), repr(llm.complete)]
     texts += [v.note for v in verdicts] + [repr(v) for v in verdicts]
     assert not any(KEY in text for text in texts)
+
+
+def test_time_budget_stops_retries_and_leaves_the_rest_unjudged(server: Server) -> None:
+    server.default = Reply(status=503)  # every call fails; 50 retries of 0.2 s back-off would take 10 s an item
+    llm = critic(server, max_concurrency=2, max_retries=50, backoff_s=0.2, max_delay_s=0.2, max_seconds=0.5)
+    started = time.monotonic()
+    verdicts = llm.judge([item() for _ in range(6)])
+    assert time.monotonic() - started < 2.0
+    assert [v.note for v in verdicts] == ["critic time budget exhausted"] * 6
+    assert llm.stats["time_exhausted"] == 6 and llm.stats["budget_exhausted"] == 0
+    assert llm.stats["failures"]["http_5xx"] == llm.stats["calls"] >= 2
+
+
+def test_time_budget_counts_from_the_first_judgement(server: Server) -> None:
+    llm = critic(server, max_seconds=0.2)
+    time.sleep(0.3)  # made, then idle: the budget has not started
+    assert llm.judge([item()])[0].success
+    time.sleep(0.3)
+    assert llm.judge([item()])[0].note == "critic time budget exhausted"  # the budget spans calls to judge
+
+
+def test_unknown_or_missing_options_are_refused_by_name() -> None:
+    with pytest.raises(TypeError, match=r"unknown llm critic option\(s\) \['max_call'\]; known: \[.*'max_calls'"):
+        make_critic("llm", base_url="http://127.0.0.1:1", model="m", max_call=3)
+    with pytest.raises(ValueError, match="max_seconds must be > 0"):
+        make_critic("llm", base_url="http://127.0.0.1:1", model="m", max_seconds=0)
+
+
+def test_verdict_counts() -> None:
+    verdicts = [Verdict(True, RIGHT), Verdict(False, GOLD), Verdict(False, None), Verdict(True, "")]
+    assert verdict_counts(verdicts) == {"judged": 4, "successes": 2, "corrected": 1, "dropped": 2, "usable": 2}
+
+
+# --------------------------------------------------------------------------- the critic stage of a MOAT round
+
+
+def _stage_inputs(n_tasks: int, k: int) -> tuple[list[Task], list[list[str]], list[list[str]]]:
+    tasks = [replace(TASK, id=f"t{i}") for i in range(n_tasks)]
+    return tasks, [["Subgoal 1: Half of 48; Subgoal 2: Add 48"] * k] * n_tasks, [[WRONG] * k] * n_tasks
+
+
+def _llm_config(server: Server, **options) -> RunConfig:
+    critic_options = {
+        "base_url": server.url,
+        "model": "critic-model",
+        "api_key_env": "COALIGN_TEST_KEY",
+        "timeout_s": 0.3,
+        "max_concurrency": 2,
+        "backoff_s": 0.01,
+        "max_delay_s": 0.05,
+    }
+    critic_options.update(options)
+    return load_config("tiny", {"moat": {"k": 2, "critic": "llm", "critic_options": critic_options}})
+
+
+FAULTS = [  # one of each fault the critic must survive, then plain "Final answer reached" replies
+    Reply(delay_s=0.6),  # past the client's 0.3 s timeout
+    Reply(status=429, headers={"Retry-After": "0"}),
+    Reply(status=503),
+    Reply(status=500),
+    Reply(None, raw=b'{"choices": [{"message": {"content": "Final ans'),  # truncated JSON
+    Reply("Sure! Here is a poem about arithmetic."),  # garbage text
+    Reply(delay_s=0.15),  # slow but in time
+    Reply(None, raw=b'{"choices": [', declared_length=500),  # connection cut mid-body
+    Reply(status=400, echo_auth=True),  # a careless server echoing the key back
+]
+
+
+def test_critic_stage_survives_every_fault_and_records_the_counts(server: Server, tmp_path: Path) -> None:
+    server.script = list(FAULTS)
+    config = _llm_config(server, max_retries=5)  # 5 retryable faults in all: no item can run out of tries
+    run = Run(tmp_path)
+    tasks, candidates, groundings = _stage_inputs(6, 2)
+    rows = critic_stage(run, 1, config, tasks, candidates, groundings)
+    record = run.stage_info("round1_critic")
+    assert record["failures"] == {"timeout": 1, "connection": 1, "http_429": 1, "http_5xx": 2, "http_other": 1,
+                                  "bad_response": 1, "unparseable": 1}  # fmt: skip
+    assert record["retries"] == 5 and record["calls"] == 12 + 5 and len(server.bodies) == 17
+    assert (record["judged"], record["dropped"], record["usable"]) == (12, 2, 10)  # truncated JSON, http 400
+    assert record["successes"] == 9 and record["corrected"] == 1  # the garbage reply falls back to gold
+    assert len(rows) == 12 and sum(row["actions"] is None for row in rows) == 2
+    assert server.max_in_flight <= 2
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files and not any(KEY.encode() in p.read_bytes() for p in files)
+    assert any(b"***" in p.read_bytes() for p in files)  # the echoed key was scrubbed in the item's note
+
+
+def test_critic_stage_with_nothing_to_train_on_stops_and_is_not_marked_done(server: Server, tmp_path: Path) -> None:
+    server.default = Reply(status=500)
+    config = _llm_config(server, max_retries=1)
+    run = Run(tmp_path)
+    with pytest.raises(RunError, match=r"no verdict to train on .*'http_5xx': 8.*base_url") as info:
+        critic_stage(run, 1, config, *_stage_inputs(2, 2))
+    assert KEY not in str(info.value)
+    assert not run.is_done("round1_critic")
+    server.default = Reply()  # the server is back: a rerun judges everything
+    critic_stage(run, 1, config, *_stage_inputs(2, 2))
+    assert run.stage_info("round1_critic")["successes"] == 4

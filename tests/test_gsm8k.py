@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -210,6 +211,15 @@ def test_bad_json_names_line(tmp_path: Path) -> None:
     path = _write(tmp_path, ["[1, 2]"])
     with pytest.raises(DataError, match=r"line 1: expected a JSON object, got list"):
         load_gsm8k(path)
+
+
+def test_hostile_solution_text_is_converted_promptly() -> None:
+    """Deep brackets once exhausted the recursion limit; `x x ... = 2 = 2` took minutes (quadratic regex)."""
+    steps = ["(" * 3000 + "1" + ")" * 3000 + " = 1", "x " * 5000 + "= 2 " * 100, "1+" * 3000 + "1 = 3001"]
+    started = time.monotonic()
+    for step in steps:
+        steps_to_plan([step])
+    assert time.monotonic() - started < 10
 
 
 def test_write_jsonl_replaces_atomically(tmp_path: Path) -> None:

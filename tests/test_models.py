@@ -1,14 +1,17 @@
-"""Tiny-model factory, loading from a folder, prompt rendering, and a real SFT round trip."""
+"""Tiny-model factory, safe loading from a folder, prompt rendering, and a real SFT round trip."""
 
 import json
+import pickle
 
 import pytest
 import torch
 
 from coalign.agents import Agent, generate
-from coalign.config import SFTSettings, TinySpec
+from coalign.config import DPOSettings, SFTSettings, TinySpec
+from coalign.errors import RunError
 from coalign.formats import grounder_prompt, lumos_generation_prompt, planner_prompt
 from coalign.models import load_model, load_tokenizer, make_tiny_model, parameter_count, render_prompt
+from coalign.stages.dpo import dpo
 from coalign.stages.sft import sft
 
 SPEC = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
@@ -84,3 +87,59 @@ def test_sft_learns_completions_and_generation_returns_them_in_order(tiny, tmp_p
 def test_sft_refuses_empty_dataset(tiny, tmp_path):
     with pytest.raises(ValueError, match="empty"):
         sft(tiny, [], tmp_path / "x", SFTSettings())
+
+
+class _Planted:
+    """Unpickling this creates `path`: proof that a pickle ran code."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_checkpoint_with_only_pickle_weights_is_refused_without_unpickling(tiny, tmp_path):
+    folder = tmp_path / "untrusted"
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_bytes((tiny / name).read_bytes())
+    marker = tmp_path / "code-ran"
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(_Planted(marker)))
+    for load in (load_model, Agent.load):
+        with pytest.raises(RunError, match=r"untrusted holds only pickle weights \(pytorch_model.bin\).*safetensors"):
+            load(folder)
+    assert not marker.exists()
+    (folder / "pytorch_model.bin").unlink()
+    with pytest.raises(RunError, match="holds no safetensors weights"):
+        load_model(folder)
+
+
+def test_every_model_load_asks_for_safetensors_and_remote_code_only_when_set(monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        "coalign.models.AutoModelForCausalLM.from_pretrained", lambda *args, **kwargs: calls.append(kwargs)
+    )
+    with pytest.raises(AttributeError):  # the stub returns no model to put in eval mode
+        load_model("org/hub-model")
+    with pytest.raises(AttributeError):
+        load_model("org/hub-model", trust_remote_code=True)
+    assert [(c["use_safetensors"], c["trust_remote_code"]) for c in calls] == [(True, False), (True, True)]
+
+
+@pytest.mark.parametrize("train", ["sft", "dpo"])
+def test_training_stages_pass_trust_remote_code_on(monkeypatch, tmp_path, train):
+    seen = []
+
+    def refuse(path, trust_remote_code=False):
+        seen.append(trust_remote_code)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(f"coalign.stages.{train}.load_tokenizer", refuse)
+    run = sft if train == "sft" else dpo
+    settings = SFTSettings() if train == "sft" else DPOSettings()
+    example = ("q", "a") if train == "sft" else ("q", "a", "b")
+    for trust in (False, True):
+        with pytest.raises(RuntimeError, match="stop here"):
+            run("org/hub-model", [example], tmp_path, settings, trust_remote_code=trust)
+    assert seen == [False, True]

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from coalign.stages.pairs import Pair, auc, point_biserial, select_pair
+from coalign.stages.pairs import Pair, auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
 
 
 def test_pair_is_argmin_chosen_argmax_rejected():
@@ -110,3 +110,15 @@ def test_auc_undefined_when_a_class_is_empty():
     assert auc([1.0, 2.0], [False, False]) is None
     with pytest.raises(ValueError, match="success flags"):
         auc([1.0], [True, False])
+
+
+def test_unpaired_tasks_are_counted_by_reason():
+    scores = [[1.0, 1.0, 1.0], [1.0, 1.05], [None, 2.0], [0.5, 3.0]]
+    assert unpaired_counts(scores, pairs=1) == {"equal_scores": 1, "unscored": 1, "below_threshold": 1}
+
+
+def test_no_pair_advice_names_each_cause_and_the_setting_to_change():
+    advice = no_pair_advice({"equal_scores": 2, "below_threshold": 3, "unscored": 0}, 0.1, "nll")
+    assert advice.startswith("no preference pair: 2 tasks scored all K candidates the same")
+    assert "moat.temperature" in advice and "3 tasks had a nll gap under moat.pair_threshold=0.1" in advice
+    assert "no score" not in advice

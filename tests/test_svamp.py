@@ -40,7 +40,9 @@ def test_number_text() -> None:
     assert [number_text(x) for x in ("8.0", "0.50", 51.0, 2.5)] == ["8", "0.5", "51", "2.5"]
 
 
-@pytest.mark.parametrize("equation", ["( 1.0 + )", "( 1.0 + 2.0", "1.0 2.0", "x + 1", ""])
+@pytest.mark.parametrize(
+    "equation", ["( 1.0 + )", "( 1.0 + 2.0", "1.0 2.0", "x + 1", "", "(" * 500 + "1" + ")" * 500, "- " * 300 + "1"]
+)
 def test_bad_equations_raise(equation: str) -> None:
     with pytest.raises(ValueError):
         parse(equation)

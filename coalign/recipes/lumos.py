@@ -24,7 +24,7 @@ from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, write_js
 from coalign.stages.sft import sft
 from coalign.tasks import Task
 from coalign.tasks.plan_following import plan_following
-from coalign.tasks.sources import load_source, load_sources, source_name
+from coalign.tasks.sources import load_data, report_skipped, source_name
 
 
 def record_config(run: Run, config: RunConfig, force: bool = False) -> None:
@@ -87,8 +87,27 @@ def grounder_data(config: RunConfig, train: list[Task]) -> list[tuple[str, str]]
     return [grounder_pair(t) for t in train + plan_following(train, config.data.plan_following, config.seed)]
 
 
+def load_split(run: Run, config: RunConfig, sources: list, label: str, console: Console) -> list[Task]:
+    """Tasks of `sources`; rows skipped under `data.skip_bad_rows` are reported and recorded in data.json."""
+    tasks, record = load_data(sources, config.data.skip_bad_rows)
+    report_skipped(label, record, console)
+    path = run.path("data.json")
+    saved = read_json(path) if path.exists() else {}
+    if saved.get(label) != record:  # a resumed run rewrites nothing it already holds
+        write_json(path, {**saved, label: record})
+    return tasks
+
+
 def train_agent(
-    run: Run, stage: str, init: str, examples, settings, seed: int, console: Console, inputs: Sequence[Path] = ()
+    run: Run,
+    stage: str,
+    init: str,
+    examples,
+    settings,
+    seed: int,
+    console: Console,
+    inputs: Sequence[Path] = (),
+    trust_remote_code: bool = False,
 ) -> str:
     """One SFT stage, skipped when its checkpoint is already complete; `inputs`: the files its examples
     came from besides the config, so the stage is redone when they change."""
@@ -96,7 +115,7 @@ def train_agent(
     if not run.is_done(stage):
         started = time.time()
         console.print(f"[bold]{stage}[/bold]: SFT on {len(examples)} examples from {init}")
-        sft(init, examples, out, settings, seed=seed)
+        sft(init, examples, out, settings, seed=seed, trust_remote_code=trust_remote_code)
         info = {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}
         run.mark_done(stage, [out], info, started, inputs=[init, *inputs])
     return str(out)
@@ -116,7 +135,7 @@ def evaluate_run(
         per_set = {}
         for source in getattr(config.data, split):
             label = source_name(source)
-            tasks = load_source(source)
+            tasks = load_split(run, config, [source], f"{split}/{label}", console)
             console.print(f"[bold]{name}[/bold] {split}/{label}: {len(tasks)} tasks")
             metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{label}")
             write_jsonl(run.path(name, f"{split}-{label}.predictions.jsonl"), rows)
@@ -130,12 +149,31 @@ def evaluate_run(
 def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str, console: Console) -> str:
     """Independent SFT of one agent ("planner" or "grounder") on ground truth; returns its checkpoint."""
     planner_init, grounder_init = initial_models(run, config, train, console)
+    trust = config.models.trust_remote_code
     if agent == "planner":
         examples = [planner_pair(t) for t in train]
-        return train_agent(run, "planner_sft", planner_init, examples, config.planner_sft, config.seed, console)
+        return train_agent(
+            run,
+            "planner_sft",
+            planner_init,
+            examples,
+            config.planner_sft,
+            config.seed,
+            console,
+            trust_remote_code=trust,
+        )
     if agent == "grounder":
         examples = grounder_data(config, train)
-        return train_agent(run, "grounder_sft", grounder_init, examples, config.grounder_sft, config.seed, console)
+        return train_agent(
+            run,
+            "grounder_sft",
+            grounder_init,
+            examples,
+            config.grounder_sft,
+            config.seed,
+            console,
+            trust_remote_code=trust,
+        )
     raise ValueError(f"agent must be planner or grounder, got {agent!r}")
 
 
@@ -168,14 +206,15 @@ def matched_rounds(
     for r in range(1, m.rounds + 1):
         planner = train_agent(
             run, f"round{r}_planner_sft", planner, [planner_pair(t) for t in tasks], config.planner_round_sft,
-            config.seed, console,
+            config.seed, console, trust_remote_code=config.models.trust_remote_code,
         )  # fmt: skip
         pool = list(gold)
         random.Random(config.seed * 1000 + r).shuffle(pool)  # per round, so a resumed run draws the same
         examples = [pool[i % len(pool)] for i in range(n_grounder)]
         grounder = train_agent(
-            run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console
-        )
+            run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console,
+            trust_remote_code=config.models.trust_remote_code,
+        )  # fmt: skip
         history[f"round{r}"] = evaluate_run(run, config, planner, grounder, console, name=f"round{r}_eval")
     write_json(run.path("rounds.json"), history)
     return history
@@ -185,5 +224,5 @@ def run_lumos(config: RunConfig, run_dir: str | Path, console: Console, force: b
     """Agent Lumos: independent SFT of both agents on ground truth, then evaluation
     (`force`: resume even if the run folder's config differs)."""
     run = prepare_run(config, run_dir, console, force)
-    planner, grounder = cold_start(run, config, load_sources(config.data.train), console)
+    planner, grounder = cold_start(run, config, load_split(run, config, config.data.train, "train", console), console)
     return evaluate_run(run, config, planner, grounder, console)

@@ -14,6 +14,11 @@
 Every step writes its artifact into the run folder before it is marked done, so a killed run
 resumes at the first unfinished step. `moat.stage1` / `moat.stage2` / `moat.critic: none` give
 the paper's ablations from the same config.
+
+Degenerate rounds are defined, not crashes: a round whose stage 1 keeps no pair (all K scores equal,
+or every gap under the threshold) skips DPO with a warning and the reasons in its `pairs` record; a
+critic stage with no verdict to train on (e.g. every LLM critic call failed) stops the run with the
+failure counts, since an unchanged grounder would pass for a trained one.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from rich.console import Console
 
 from coalign.agents import Agent, generate
 from coalign.config import RunConfig
+from coalign.errors import RunError
 from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals, planner_prompt
 from coalign.metrics import numeric_match
 from coalign.recipes.lumos import (
@@ -34,19 +40,19 @@ from coalign.recipes.lumos import (
     evaluate_run,
     grounder_data,
     grounder_pair,
+    load_split,
     prepare_run,
     round_tasks,
     train_agent,
 )
 from coalign.runs import Run, read_json, write_json, write_jsonl
-from coalign.stages.critic import CriticInput, make_critic
+from coalign.stages.critic import CriticInput, make_critic, verdict_counts
 from coalign.stages.dpo import dpo
-from coalign.stages.pairs import auc, point_biserial, select_pair
+from coalign.stages.pairs import auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
 from coalign.stages.sample import sample_candidates
 from coalign.stages.score import score_completions
 from coalign.tasks import Task
 from coalign.tasks.jsonl import read_jsonl
-from coalign.tasks.sources import load_sources
 from coalign.tools.executor import execute
 
 
@@ -73,9 +79,8 @@ def sample_stage(run: Run, r: int, config: RunConfig, planner: str, tasks: list[
     if not run.is_done(stage):
         started, m = time.time(), config.moat
         torch.manual_seed(config.seed * 1000 + r)
-        candidates = sample_candidates(
-            Agent.load(planner), tasks, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size
-        )
+        agent = Agent.load(planner, config.models.trust_remote_code)
+        candidates = sample_candidates(agent, tasks, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size)
         write_jsonl(path, [{"id": t.id, "candidates": c} for t, c in zip(tasks, candidates)])
         run.mark_done(stage, [path], {"tasks": len(tasks), "k": m.k}, started, inputs=[planner])
     return [row["candidates"] for row in _rows(path)]
@@ -92,8 +97,9 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
             for cand in cands:
                 users.append(grounder_prompt(task.question, cand, task.family))
                 completions.append(gold)
+        agent = Agent.load(grounder, config.models.trust_remote_code)
         scores = score_completions(
-            Agent.load(grounder), users, completions, config.moat.batch_size, share_prefix=config.moat.share_prefix
+            agent, users, completions, config.moat.batch_size, share_prefix=config.moat.share_prefix
         )
         k = config.moat.k
         rows = [
@@ -102,7 +108,7 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
                 "scores": [
                     {
                         "mean": s.value("mean"),
-                        "content": s.value("content"),
+                        "content": s.value("content") if s.n_content else None,  # no tool argument
                         "sum": s.value("sum"),
                         "tokens": s.n_tokens,
                     }
@@ -123,9 +129,9 @@ def pair_stage(run: Run, r: int, config: RunConfig, tasks, candidates, scores) -
     stage, path = f"round{r}_pairs", _file(run, r, "pairs.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
-        rows = []
-        for task, cands, task_scores in zip(tasks, candidates, scores):
-            pair = select_pair([s[m.score_reduction] for s in task_scores], m.pair_threshold, m.pair_gap_on)
+        rows, values = [], [[s[m.score_reduction] for s in task_scores] for task_scores in scores]
+        for task, cands, task_values in zip(tasks, candidates, values):
+            pair = None if None in task_values else select_pair(task_values, m.pair_threshold, m.pair_gap_on)
             if pair is not None:
                 rows.append(
                     {
@@ -137,7 +143,11 @@ def pair_stage(run: Run, r: int, config: RunConfig, tasks, candidates, scores) -
                     }
                 )
         write_jsonl(path, rows)
-        info = {"pairs": len(rows), "kept_fraction": len(rows) / max(1, len(tasks))}
+        info = {
+            "pairs": len(rows),
+            "kept_fraction": len(rows) / max(1, len(tasks)),
+            **unpaired_counts(values, len(rows)),
+        }
         inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "scores.jsonl")]
         run.mark_done(stage, [path], info, started, inputs=inputs)
     return _rows(path)
@@ -150,8 +160,10 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
     if not run.is_done(stage):
         started = time.time()
         if not pairs:
-            console.print(f"[yellow]round {r}: no preference pair passed the gap threshold; planner unchanged[/yellow]")
-            run.mark_done(stage, [], {"pairs": 0, "path": planner}, started, inputs=inputs)
+            m = config.moat
+            advice = no_pair_advice(run.stage_info(f"round{r}_pairs"), m.pair_threshold, m.pair_gap_on)
+            console.print(f"[yellow]round {r} stage 1: {advice}; DPO skipped, planner unchanged[/yellow]")
+            run.mark_done(stage, [], {"pairs": 0, "path": planner, "skipped": advice}, started, inputs=inputs)
         else:
             console.print(f"[bold]round {r} stage 1[/bold]: DPO on {len(pairs)} pairs")
             dpo(
@@ -160,6 +172,7 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
                 out,
                 config.planner_dpo,
                 config.seed,
+                trust_remote_code=config.models.trust_remote_code,
             )
             info = {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}
             run.mark_done(stage, [out], info, started, inputs=inputs)
@@ -174,7 +187,7 @@ def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, cand
         torch.manual_seed(config.seed * 1000 + 500 + r)
         users = [grounder_prompt(t.question, c, t.family) for t, cands in zip(tasks, candidates) for c in cands]
         outs = generate(
-            Agent.load(grounder),
+            Agent.load(grounder, config.models.trust_remote_code),
             users,
             m.max_new_tokens_ground,
             m.batch_size,
@@ -215,9 +228,13 @@ def critic_stage(run: Run, r: int, config: RunConfig, tasks, candidates, groundi
             for item, v in zip(items, verdicts)
         ]
         write_jsonl(path, rows)
-        stats = getattr(critic, "stats", {})
-        successes = sum(v.success for v in verdicts)
-        info = {"judged": len(rows), "successes": successes, "critic": critic.name, **stats}
+        info = {**verdict_counts(verdicts), "critic": critic.name, **getattr(critic, "stats", {})}
+        if verdicts and not info["usable"]:  # not marked done: a rerun asks the critic again
+            raise RunError(
+                f"round {r} stage 2: the {critic.name} critic gave no verdict to train on ({info}). "
+                f"Check the critic (its server at critic_options.base_url, the key named by api_key_env) "
+                f"or raise its budget (max_calls, max_seconds); each item's note is in {path}"
+            )
         inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "groundings.jsonl")]
         run.mark_done(stage, [path], info, started, inputs=inputs)
     return _rows(path)
@@ -237,11 +254,16 @@ def grounder_stage(
     n_initial = min(len(initial), round(len(built) * config.moat.mix_ratio))
     examples = built + rng.sample(initial, n_initial)
     rng.shuffle(examples)
+    if not any(v["success"] for v in verdicts):
+        console.print(
+            f"[yellow]round {r} stage 2: the critic accepted no grounding; training on corrections only[/yellow]"
+        )
     console.print(f"[bold]round {r} stage 2[/bold]: {len(built)} critic-built + {n_initial} initial examples")
     settings, verdicts_path = config.grounder_round_sft, _file(run, r, "verdicts.jsonl")
     return train_agent(
-        run, f"round{r}_grounder_sft", grounder, examples, settings, config.seed, console, inputs=[verdicts_path]
-    )
+        run, f"round{r}_grounder_sft", grounder, examples, settings, config.seed, console, inputs=[verdicts_path],
+        trust_remote_code=config.models.trust_remote_code,
+    )  # fmt: skip
 
 
 def round_premise(tasks, scores, groundings, reduction: str) -> dict:
@@ -249,6 +271,8 @@ def round_premise(tasks, scores, groundings, reduction: str) -> dict:
     nll, success = [], []
     for task, task_scores, acts in zip(tasks, scores, groundings):
         for s, a in zip(task_scores, acts):
+            if s[reduction] is None:  # the content reduction of a task without tool arguments
+                continue
             nll.append(s[reduction])
             success.append(numeric_match(execute(a, task.family).answer, task.answer))
     return {
@@ -263,7 +287,7 @@ def run_moat(config: RunConfig, run_dir: str | Path, console: Console, force: bo
     """Cold start, then `config.moat.rounds` rounds of stage 1 and stage 2, evaluating after each
     (`force`: resume even if the run folder's config differs)."""
     run = prepare_run(config, run_dir, console, force)
-    train = load_sources(config.data.train)
+    train = load_split(run, config, config.data.train, "train", console)
     planner, grounder = cold_start(run, config, train, console)
     round0 = evaluate_run(run, config, planner, grounder, console, name="round0_eval")
     return moat_rounds(run, config, train, planner, grounder, round0, console)

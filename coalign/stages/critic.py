@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import random
 import re
@@ -352,11 +353,13 @@ BACKENDS: dict[str, Callable[..., Complete]] = {"openai": openai_backend, "trans
 class LLMCritic:
     """The paper's critic: an LLM judges each sample and writes corrections.
 
-    `max_calls` caps the calls (retries included) over this critic's lifetime; items judged after
-    it is spent get `actions=None` ("critic budget exhausted"), as do items whose calls failed:
-    without a judgement the sample can be neither trusted nor corrected. `stats` is cumulative:
-    calls, retries, failures by kind (every failed call, plus unparseable replies) and
-    budget_exhausted (items).
+    `max_calls` caps the calls (retries included) over this critic's lifetime, `max_seconds` the
+    time from its first `judge` (a call in flight then runs to its own timeout; back-off sleeps
+    stop at the deadline); items left when either is spent get `actions=None` ("critic budget
+    exhausted" / "critic time budget exhausted"), as do items whose calls failed: without a
+    judgement the sample can be neither trusted nor corrected. `stats` is cumulative: calls,
+    retries, failures by kind (every failed call, plus unparseable replies), and the items left
+    unjudged by each budget (budget_exhausted: calls, time_exhausted: seconds).
     """
 
     name = "llm"
@@ -369,29 +372,36 @@ class LLMCritic:
         backoff_s: float = 1.0,
         max_delay_s: float = 30.0,
         max_calls: int | None = None,
+        max_seconds: float | None = None,
     ):
         if max_concurrency < 1 or max_retries < 0 or (max_calls is not None and max_calls < 0):
             raise ValueError("need max_concurrency >= 1, max_retries >= 0 and max_calls >= 0")
+        if max_seconds is not None and max_seconds <= 0:
+            raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
         self.complete = complete
         self.max_concurrency, self.max_retries, self.max_calls = max_concurrency, max_retries, max_calls
-        self.backoff_s, self.max_delay_s = backoff_s, max_delay_s
+        self.backoff_s, self.max_delay_s, self.max_seconds = backoff_s, max_delay_s, max_seconds
         self.stats: dict = {
             "calls": 0,
             "retries": 0,
             "failures": dict.fromkeys(FAILURE_KINDS, 0),
             "budget_exhausted": 0,
+            "time_exhausted": 0,
         }
         self._lock = threading.Lock()
+        self._deadline: float | None = None
 
     def __repr__(self) -> str:
         return (
             f"LLMCritic(complete={self.complete!r}, max_concurrency={self.max_concurrency}, "
-            f"max_retries={self.max_retries}, max_calls={self.max_calls})"
+            f"max_retries={self.max_retries}, max_calls={self.max_calls}, max_seconds={self.max_seconds})"
         )
 
     def judge(self, items: Sequence[CriticInput]) -> list[Verdict]:
         if not items:
             return []
+        if self._deadline is None and self.max_seconds is not None:
+            self._deadline = time.monotonic() + self.max_seconds
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items))) as pool:
             return list(pool.map(self._judge_one, items))
 
@@ -417,8 +427,9 @@ class LLMCritic:
         """The reply text, or the verdict for an item the critic could not judge."""
         failure = Verdict(False, None, note="critic call failed")
         for attempt in range(self.max_retries + 1):
-            if not self._take_call():
-                return Verdict(False, None, note="critic budget exhausted")
+            refusal = self._take_call()
+            if refusal is not None:
+                return Verdict(False, None, note=refusal)
             try:
                 return self.complete(prompt)
             except CallError as exc:
@@ -428,16 +439,23 @@ class LLMCritic:
                     break
                 with self._lock:
                     self.stats["retries"] += 1
-                time.sleep(self._delay(attempt, exc.retry_after_s))
+                time.sleep(min(self._delay(attempt, exc.retry_after_s), self._time_left()))
         return failure
 
-    def _take_call(self) -> bool:
+    def _take_call(self) -> str | None:
+        """Count a call and return None, or, when a budget is spent, return the note saying which."""
         with self._lock:
+            if self._time_left() <= 0:
+                self.stats["time_exhausted"] += 1
+                return "critic time budget exhausted"
             if self.max_calls is not None and self.stats["calls"] >= self.max_calls:
                 self.stats["budget_exhausted"] += 1
-                return False
+                return "critic budget exhausted"
             self.stats["calls"] += 1
-            return True
+            return None
+
+    def _time_left(self) -> float:
+        return math.inf if self._deadline is None else self._deadline - time.monotonic()
 
     def _count_failure(self, kind: str) -> None:
         with self._lock:
@@ -448,6 +466,19 @@ class LLMCritic:
         if retry_after_s is not None:
             return min(retry_after_s, self.max_delay_s)
         return min(self.backoff_s * 2**attempt * (1 + random.random()), self.max_delay_s)
+
+
+def verdict_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
+    """The critic stage's record: how many judged, kept as generated (successes), corrected, dropped
+    (nothing to train on: a failed call, a spent budget, no gold), and usable = the examples stage 2 gets."""
+    usable = sum(bool(v.actions) for v in verdicts)
+    return {
+        "judged": len(verdicts),
+        "successes": sum(v.success for v in verdicts),
+        "corrected": sum(bool(v.actions) and not v.success for v in verdicts),
+        "dropped": len(verdicts) - usable,
+        "usable": usable,
+    }
 
 
 # --------------------------------------------------------------------------- factory
@@ -468,6 +499,10 @@ def make_critic(name: str, **kwargs) -> Critic:
         if backend not in BACKENDS:
             raise ValueError(f"unknown critic backend {backend!r}; known: {sorted(BACKENDS)}")
         names = inspect.signature(BACKENDS[backend]).parameters
+        known = set(names) | set(inspect.signature(LLMCritic).parameters) - {"complete"}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"unknown llm critic option(s) {unknown}; known: {sorted(known | {'backend'})}")
         backend_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
         if backend == "transformers":
             kwargs.setdefault("max_concurrency", 1)

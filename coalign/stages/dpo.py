@@ -23,14 +23,15 @@ def dpo(
     out_dir: str | Path,
     settings: DPOSettings,
     seed: int = 0,
+    trust_remote_code: bool = False,
 ) -> Path:
     """Train the model at `init` on (user turn, chosen, rejected) triples; save to `out_dir`."""
     if not triples:
         raise ValueError(f"no preference pairs for {out_dir}: every candidate gap fell below the threshold")
     out = Path(out_dir)
-    tokenizer = load_tokenizer(init)
+    tokenizer = load_tokenizer(init, trust_remote_code)
     tokenizer.padding_side = "right"
-    model = load_model(init, dtype="float32")
+    model = load_model(init, trust_remote_code, dtype="float32")
     eos = tokenizer.eos_token
     data = Dataset.from_dict(
         {

@@ -94,3 +94,27 @@ def auc(scores: Sequence[float], success: Sequence[bool]) -> float | None:
     ranks = group_rank[inverse]
     failed_above = ranks[~y].sum() - n_failed * (n_failed + 1) / 2  # pairs with failure NLL > success NLL
     return float(failed_above / (n_success * n_failed))
+
+
+def unpaired_counts(score_lists: Sequence[Sequence[float | None]], pairs: int) -> dict[str, int]:
+    """Why tasks gave no pair: `equal_scores` (every candidate scored the same: nothing to prefer),
+    `unscored` (a score is undefined, e.g. the content reduction of a task without tool arguments),
+    `below_threshold` (the rest). These go into the stage record, so a round without pairs says why."""
+    unscored = sum(1 for scores in score_lists if any(s is None for s in scores))
+    equal = sum(1 for scores in score_lists if None not in scores and len(set(scores)) <= 1)
+    return {"equal_scores": equal, "unscored": unscored, "below_threshold": len(score_lists) - pairs - equal - unscored}
+
+
+def no_pair_advice(counts: dict[str, int], threshold: float, gap_on: str) -> str:
+    """What to change when stage 1 kept no pair (the round then skips DPO and keeps the planner)."""
+    parts = []
+    if counts.get("equal_scores"):
+        parts.append(
+            f"{counts['equal_scores']} tasks scored all K candidates the same (identical candidates? "
+            "raise moat.temperature or moat.k)"
+        )
+    if counts.get("below_threshold"):
+        parts.append(f"{counts['below_threshold']} tasks had a {gap_on} gap under moat.pair_threshold={threshold:g}")
+    if counts.get("unscored"):
+        parts.append(f"{counts['unscored']} tasks had no score under moat.score_reduction")
+    return "no preference pair: " + ("; ".join(parts) or "no task to pair")

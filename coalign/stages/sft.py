@@ -34,14 +34,15 @@ def sft(
     out_dir: str | Path,
     settings: SFTSettings,
     seed: int = 0,
+    trust_remote_code: bool = False,
 ) -> Path:
     """Fine-tune the model at `init` on `examples`; save model and tokenizer to `out_dir`."""
     if not examples:
         raise ValueError(f"no training examples for {out_dir}: the dataset is empty")
     out = Path(out_dir)
-    tokenizer = load_tokenizer(init)
+    tokenizer = load_tokenizer(init, trust_remote_code)
     tokenizer.padding_side = "right"
-    model = load_model(init, dtype="float32")
+    model = load_model(init, trust_remote_code, dtype="float32")
     config = SFTConfig(completion_only_loss=True, **trainer_args(settings, out, seed))
     data = sft_dataset(tokenizer, examples)
     return train_and_save(

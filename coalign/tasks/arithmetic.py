@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
+MAX_TOKENS = 200  # dataset expressions have at most ~25; the parser recurses once per bracket or sign
 _TOKEN = re.compile(r"\s*(?:(?P<number>\d+(?:\.\d+)?|\.\d+)|(?P<symbol>[-+*/()]))")
 
 
@@ -29,9 +30,13 @@ Expression = Operation | str
 def parse(text: str) -> Expression:
     """Parse `( ( 8.0 * 5.0 ) + 2.0 )` into a tree with the usual precedence; ValueError if malformed.
 
+    Over MAX_TOKENS tokens is refused too, so a hostile data row cannot exhaust the recursion limit.
+
     Numbers are kept as written but without a trailing `.0` (see `number_text`).
     """
     tokens = _tokenize(text)
+    if len(tokens) > MAX_TOKENS:
+        raise ValueError(f"expression of {len(tokens)} tokens; at most {MAX_TOKENS} are parsed")
     tree, position = _sum(tokens, 0)
     if position != len(tokens):
         raise ValueError(f"unexpected {tokens[position]!r} after a complete expression")

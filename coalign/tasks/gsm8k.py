@@ -13,11 +13,11 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
-from coalign.errors import DataError
+from coalign.errors import DataError, SkippedRows
 from coalign.metrics import gsm8k_gold_answer
 from coalign.tasks import Task
 from coalign.tasks.arithmetic import Operation, evaluate, parse
-from coalign.tasks.jsonl import read_jsonl, require
+from coalign.tasks.jsonl import convert_rows, read_jsonl, require_text
 from coalign.tools.executor import execute
 
 _ANNOTATION = re.compile(r"<<([^<>]*)>>")
@@ -49,6 +49,9 @@ _SPELLINGS = [
     (re.compile(r"(?<=\))\s*(?=[\d.])"), " * "),  # `(1/4)24`
 ]
 _LEFT_OF_EQUALS = re.compile(r"[\d.\s+\-*/()$%]*\Z")
+# Characters before an `=` searched for its left side. A suffix search tries every start, so over a whole
+# hostile line (`x x x ... = 2 = 2`) it is quadratic per `=`: minutes for 10 kB. GSM8K's sides are < 100.
+_LEFT_WINDOW = 400
 _LEADING_JUNK = re.compile(r"^(?:[\s*/)+]|\.(?!\d))+")  # a sentence's full stop, a dangling operator
 _RIGHT_OF_EQUALS = re.compile(r"\s*\$?\s*(?P<value>-?(?:\d+(?:\.\d+)?|\.\d+))%?(?!\s*[-+*/]\s*[\d($.])(?!\s*\(|\s+\d)")
 
@@ -67,16 +70,18 @@ _EQUALS_AT_END = re.compile(r"=\s*\$?\s*\Z")
 _PLAIN_NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)")
 
 
-def load_gsm8k(path: str | Path) -> list[Task]:
+def load_gsm8k(path: str | Path, skipped: SkippedRows | None = None) -> list[Task]:
     """Tasks from a GSM8K JSONL file (`test_socratic.jsonl`, `test.jsonl`, `train.jsonl`).
 
     A step `Sub-question? ** solution` gives the sub-question as its subgoal; a plain step (no
     sub-questions in the file) is its own subgoal, with the `<<...>>` annotations removed.
-    The split in the id drops `_socratic`, so one problem has one id in both renderings.
+    The split in the id drops `_socratic`, so one problem has one id in both renderings; the id
+    holds the line number, so skipping a bad row (`skipped` given) leaves the other ids as they were.
+    A bad row raises DataError naming file, line and field, or is recorded in `skipped`.
     """
     path = Path(path)
     split = path.stem.removesuffix("_socratic")
-    return [_task(row, path, line, split) for line, row in read_jsonl(path)]
+    return convert_rows(read_jsonl(path, skipped), lambda line, row: _task(row, path, line, split), skipped)
 
 
 def parse_annotation(annotation: str) -> tuple[str, str | None]:
@@ -121,7 +126,7 @@ def _written_calculations(text: str) -> list[tuple[int, str, str]]:
         right = _RIGHT_OF_EQUALS.match(text, equals.end())
         if not right:
             continue
-        expression = _LEFT_OF_EQUALS.search(text[: equals.start()])[0].replace("$", "").replace("%", "")
+        expression = _left_side(_LEFT_OF_EQUALS, text, equals.start()).replace("$", "").replace("%", "")
         expression = _LEADING_JUNK.sub("", expression).strip()
         while expression.count("(") > expression.count(")") and expression.startswith("("):
             expression = expression[1:].lstrip()
@@ -145,7 +150,7 @@ def _relations(text: str) -> list[tuple[int, str, str]]:
         text = pattern.sub(replacement, text)
     found, previous = [], ("", "")
     for ordinal, equals in enumerate(re.finditer("=", text)):
-        left = _side(_ALGEBRA_LEFT.search(text[: equals.start()])[0], left=True)
+        left = _side(_left_side(_ALGEBRA_LEFT, text, equals.start()), left=True)
         right = _side(_ALGEBRA_RIGHT.match(text, equals.end())[0], left=False)
         if _NAME.fullmatch(previous[0]) and left == previous[1] and _PLAIN_NUMBER.fullmatch(right):
             found.append((ordinal, previous[0], right))  # `X = 168/20% = 840` also says `X = 840`
@@ -160,8 +165,13 @@ def _unknown_before(text: str) -> str | None:
     for pattern, replacement in _ALGEBRA_SPELLINGS:
         text = pattern.sub(replacement, text)
     equals = _EQUALS_AT_END.search(text)
-    left = _side(_ALGEBRA_LEFT.search(text[: equals.start()])[0], left=True) if equals else ""
+    left = _side(_left_side(_ALGEBRA_LEFT, text, equals.start()), left=True) if equals else ""
     return left if _NAME.fullmatch(left) else None
+
+
+def _left_side(suffix: re.Pattern[str], text: str, end: int) -> str:
+    """The longest match of `suffix` (a pattern ending in `\\Z`) ending at `end`, within `_LEFT_WINDOW` characters."""
+    return suffix.search(text[max(0, end - _LEFT_WINDOW) : end])[0]
 
 
 def _side(text: str, left: bool) -> str:
@@ -328,8 +338,8 @@ class _Algebra:
 
 
 def _task(row: dict, path: Path, line: int, split: str) -> Task:
-    question = require(row, "question", str, path, line)
-    answer_text = require(row, "answer", str, path, line)
+    question = require_text(row, "question", path, line)
+    answer_text = require_text(row, "answer", path, line)
     try:
         gold = gsm8k_gold_answer(answer_text)  # the one gold rule the metrics use too
     except ValueError:

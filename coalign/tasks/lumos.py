@@ -1,16 +1,18 @@
 """Agent Lumos training rows (`{"id", "dataset", "messages"}` JSONL) and their link to Task records.
 
 A task becomes two onetime rows with the same id: a planner row (question -> subgoals) and a
-grounder row (question + subgoals -> actions); `tasks_from_rows` reads such a pair back.
+grounder row (question + subgoals -> actions); `tasks_from_rows` reads such a pair back, and
+`load_lumos_tasks` does the same from the two files, naming file, line and field of any problem.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from coalign.errors import DataError
+from coalign.errors import DataError, SkippedRows, keep_or_skip
 from coalign.formats import (
     TOOL_PREAMBLES,
     FormatError,
@@ -25,9 +27,10 @@ from coalign.formats import (
 )
 from coalign.runs import write_jsonl
 from coalign.tasks import Task
-from coalign.tasks.jsonl import read_jsonl, require
+from coalign.tasks.jsonl import convert_rows, read_jsonl, require, require_text
 
 ROLES = ("user", "assistant")
+Parsed = TypeVar("Parsed")
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,41 @@ class LumosRow:
         return {"id": self.id, "dataset": self.dataset, "messages": [dict(m) for m in self.messages]}
 
 
-def load_lumos_rows(path: str | Path) -> list[LumosRow]:
-    """Rows of a Lumos JSONL file; any bad field raises DataError with file, line and field (`messages[1].role`)."""
-    return [_row(row, path, line) for line, row in read_jsonl(path)]
+def load_lumos_rows(path: str | Path, skipped: SkippedRows | None = None) -> list[LumosRow]:
+    """Rows of a Lumos JSONL file; any bad field raises DataError with file, line and field (`messages[1].role`),
+    or, when `skipped` is given, the row is recorded there and left out."""
+    return [row for _, row in _located_rows(path, skipped)]
+
+
+def load_lumos_tasks(
+    planner_path: str | Path, grounder_path: str | Path, skipped: SkippedRows | None = None
+) -> list[Task]:
+    """Tasks from a planner-row file and a grounder-row file paired by id, in planner order.
+
+    Every problem raises DataError at the row at fault: a bad row, an id that repeats in its file or
+    has no partner in the other, a pair that is not two onetime turns or disagrees. With `skipped`
+    it is recorded there instead and the task left out (a repeated id keeps its first row).
+    """
+    planners = _by_id(_located_rows(planner_path, skipped), planner_path, skipped)
+    grounders = _by_id(_located_rows(grounder_path, skipped), grounder_path, skipped)
+    for row_id, (line, _) in grounders.items():
+        if row_id not in planners:
+            problem = f"{row_id!r} has no planner row in {planner_path}"
+            keep_or_skip(DataError(grounder_path, line, "id", problem, "unpaired row"), skipped)
+
+    def pair(planner_line: int, planner: LumosRow) -> Task:
+        if planner.id not in grounders:
+            problem = f"{planner.id!r} has no grounder row in {grounder_path}"
+            raise DataError(planner_path, planner_line, "id", problem, "unpaired row")
+        grounder_line, grounder = grounders[planner.id]
+        try:
+            return _task(planner, grounder)
+        except _RowProblem as exc:
+            at_planner = exc.side == "planner"
+            path, line = (planner_path, planner_line) if at_planner else (grounder_path, grounder_line)
+            raise DataError(path, line, exc.field, str(exc), "bad pair") from None
+
+    return convert_rows(planners.values(), pair, skipped)
 
 
 def save_lumos_rows(path: str | Path, rows: Iterable[LumosRow]) -> None:
@@ -89,24 +124,44 @@ def tasks_from_rows(planner_rows: Sequence[LumosRow], grounder_rows: Sequence[Lu
     return tasks
 
 
+class _RowProblem(FormatError):
+    """A FormatError in one row of a pair: `side` ("planner" or "grounder") and the message field at fault."""
+
+    def __init__(self, side: str, field: str, problem: str):
+        super().__init__(problem)
+        self.side, self.field = side, field
+
+
+def _parsed(side: str, field: str, parse: Callable[[str], Parsed], text: str) -> Parsed:
+    """`parse(text)`, its FormatError located at `side`'s `field`."""
+    try:
+        return parse(text)
+    except FormatError as exc:
+        raise _RowProblem(side, field, str(exc)) from None
+
+
 def _task(planner: LumosRow, grounder: LumosRow) -> Task:
     plan_prompt, plan = _turn_pair(planner, "planner")
     ground_prompt, actions = _turn_pair(grounder, "grounder")
-    question = parse_planner_prompt(plan_prompt)
-    grounder_question, grounded_subgoals = parse_grounder_prompt(ground_prompt)
-    subgoals = parse_subgoals(plan)
-    if grounder_question != question or parse_subgoals(grounded_subgoals) != subgoals:
-        raise FormatError("planner and grounder rows disagree on the question or the subgoals")
+    question = _parsed("planner", "messages[0].content", parse_planner_prompt, plan_prompt)
+    grounder_question, grounded = _parsed("grounder", "messages[0].content", parse_grounder_prompt, ground_prompt)
+    subgoals = _parsed("planner", "messages[1].content", parse_subgoals, plan)
+    if (
+        grounder_question != question
+        or _parsed("grounder", "messages[0].content", parse_subgoals, grounded) != subgoals
+    ):
+        problem = "planner and grounder rows disagree on the question or the subgoals"
+        raise _RowProblem("grounder", "messages[0].content", problem)
     families = [domain for domain, preamble in TOOL_PREAMBLES.items() if preamble in ground_prompt]
     if not families:
-        raise FormatError("grounder prompt shows no known tool list")
+        raise _RowProblem("grounder", "messages[0].content", "grounder prompt shows no known tool list")
     return Task(
         id=planner.id,
         family=families[0],
         dataset=planner.dataset,
         question=question,
         subgoals=tuple(subgoals),
-        actions=tuple(split_actions(actions)),
+        actions=tuple(_parsed("grounder", "messages[1].content", split_actions, actions)),
         answer="",
     )
 
@@ -114,24 +169,43 @@ def _task(planner: LumosRow, grounder: LumosRow) -> Task:
 def _turn_pair(row: LumosRow, kind: str) -> tuple[str, str]:
     roles = [m["role"] for m in row.messages]
     if roles != list(ROLES):
-        raise FormatError(f"{kind} row must be one user turn then one assistant turn, got roles {roles}")
+        problem = f"{kind} row must be one user turn then one assistant turn, got roles {roles}"
+        raise _RowProblem(kind, "messages", problem)
     return row.messages[0]["content"], row.messages[1]["content"]
 
 
+def _located_rows(path: str | Path, skipped: SkippedRows | None) -> list[tuple[int, LumosRow]]:
+    return convert_rows(read_jsonl(path, skipped), lambda line, row: (line, _row(row, path, line)), skipped)
+
+
+def _by_id(
+    rows: list[tuple[int, LumosRow]], path: str | Path, skipped: SkippedRows | None
+) -> dict[str, tuple[int, LumosRow]]:
+    """id -> (line, row); a repeated id is a bad row, since pairing by id could not tell the two apart."""
+    found: dict[str, tuple[int, LumosRow]] = {}
+    for line, row in rows:
+        if row.id in found:
+            problem = f"{row.id!r} repeats line {found[row.id][0]}"
+            keep_or_skip(DataError(path, line, "id", problem, "duplicate id"), skipped)
+        else:
+            found[row.id] = (line, row)
+    return found
+
+
 def _row(row: dict, path: str | Path, line: int) -> LumosRow:
-    row_id = require(row, "id", str, path, line)
+    row_id = require_text(row, "id", path, line)
     dataset = require(row, "dataset", str, path, line)
     messages = require(row, "messages", list, path, line)
     if not messages:
-        raise DataError(path, line, "messages", "empty; a row needs at least one turn")
+        raise DataError(path, line, "messages", "empty; a row needs at least one turn", "empty")
     checked = []
     for index, message in enumerate(messages):
         label = f"messages[{index}]"
         if not isinstance(message, dict):
-            raise DataError(path, line, label, f"expected an object, got {type(message).__name__}")
+            raise DataError(path, line, label, f"expected an object, got {type(message).__name__}", "wrong type")
         role = require(message, "role", str, path, line, label=f"{label}.role")
         if role not in ROLES:
             raise DataError(path, line, f"{label}.role", f"expected 'user' or 'assistant', got {role!r}")
-        content = require(message, "content", str, path, line, label=f"{label}.content")
+        content = require(message, "content", str, path, line, label=f"{label}.content")  # no actions: ""
         checked.append({"role": role, "content": content})
     return LumosRow(row_id, dataset, tuple(checked))

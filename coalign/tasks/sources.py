@@ -2,25 +2,42 @@
 
 from __future__ import annotations
 
+from rich.console import Console
+from rich.markup import escape
+
 from coalign.config import DataSource
+from coalign.errors import DataError, SkippedRows
 from coalign.tasks import Task
 from coalign.tasks.gsm8k import load_gsm8k
-from coalign.tasks.lumos import load_lumos_rows, tasks_from_rows
+from coalign.tasks.lumos import load_lumos_tasks
 from coalign.tasks.suite import generate_suite
 from coalign.tasks.svamp import load_svamp
 
 
-def load_source(source: DataSource) -> list[Task]:
-    """Tasks of one source, the first `n` when `n` is set."""
+def load_source(source: DataSource, skipped: SkippedRows | None = None) -> list[Task]:
+    """Tasks of one source, the first `n` when `n` is set.
+
+    Bad rows raise DataError, or are recorded in `skipped` and left out when it is given. A file
+    with no task left always raises: an empty dataset would otherwise fail far later, inside a trainer.
+    """
     if source.kind == "suite":
         return generate_suite(source.split, source.n, source.seed)
+    before = len(skipped.errors) if skipped else 0
     if source.kind == "gsm8k":
-        tasks = load_gsm8k(source.path)
+        tasks = load_gsm8k(source.path, skipped)
     elif source.kind == "svamp":
-        tasks = load_svamp(source.path)
+        tasks = load_svamp(source.path, skipped)
     else:
-        tasks = tasks_from_rows(load_lumos_rows(source.path), load_lumos_rows(source.grounder_path))
+        tasks = load_lumos_tasks(source.path, source.grounder_path, skipped)
+    if not tasks:
+        raise DataError(source.path, None, None, _no_tasks(skipped.errors[before:] if skipped else []), "no tasks")
     return tasks[: source.n] if source.n else tasks
+
+
+def _no_tasks(errors: list[DataError]) -> str:
+    if not errors:
+        return "no tasks: the file holds no rows; every data source needs at least one task"
+    return f"no tasks: all {len(errors)} rows were bad and skipped (the first: {errors[0]})"
 
 
 def source_name(source: DataSource) -> str:
@@ -28,5 +45,23 @@ def source_name(source: DataSource) -> str:
     return f"suite-{source.split}" if source.kind == "suite" else source.kind
 
 
-def load_sources(sources: list[DataSource]) -> list[Task]:
-    return [task for source in sources for task in load_source(source)]
+def load_sources(sources: list[DataSource], skipped: SkippedRows | None = None) -> list[Task]:
+    return [task for source in sources for task in load_source(source, skipped)]
+
+
+def load_data(sources: list[DataSource], skip_bad_rows: bool) -> tuple[list[Task], dict]:
+    """Tasks of `sources` and the record a run keeps of them: task count, rows skipped, per reason, first few.
+
+    Without `skip_bad_rows` the first bad row raises DataError, so the record then shows none skipped.
+    """
+    skipped = SkippedRows()
+    tasks = load_sources(sources, skipped if skip_bad_rows else None)
+    return tasks, {"tasks": len(tasks), **skipped.summary()}
+
+
+def report_skipped(label: str, record: dict, console: Console) -> None:
+    """One console line per loaded set that lost rows: how many, why, and the first bad row's location."""
+    if record["skipped_rows"]:
+        reasons = ", ".join(f"{reason} x{n}" for reason, n in record["by_reason"].items())
+        line = f"{label}: skipped {record['skipped_rows']} bad rows ({reasons}); first: {record['examples'][0]}"
+        console.print(f"[yellow]{escape(line)}[/yellow]")

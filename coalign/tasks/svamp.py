@@ -4,26 +4,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coalign.errors import DataError
+from coalign.errors import DataError, SkippedRows
 from coalign.metrics import svamp_gold_answer
 from coalign.tasks import Task
 from coalign.tasks.arithmetic import Expression, parse
-from coalign.tasks.jsonl import read_json, require
+from coalign.tasks.jsonl import convert_rows, read_json, require, require_text
 
 _VERBS = {"+": "Add {b} to {a}", "-": "Subtract {b} from {a}", "*": "Multiply {a} by {b}", "/": "Divide {a} by {b}"}
 
 
-def load_svamp(path: str | Path) -> list[Task]:
+def load_svamp(path: str | Path, skipped: SkippedRows | None = None) -> list[Task]:
     """Tasks from `SVAMP.json` (a JSON list of ID, Body, Question, Equation, Answer, Type records).
 
     SVAMP has no sub-questions, so the subgoals are synthetic: one per Calculator action, worded
-    from its operation ("Calculate 8 * 5", "Add 2 to R1"). Errors give the 1-based record index as the line.
+    from its operation ("Calculate 8 * 5", "Add 2 to R1"). Errors give the 1-based record index as
+    the line; a bad record raises DataError, or is recorded in `skipped` and left out. A file that
+    is not a JSON list has no records to skip and always raises.
     """
     path = Path(path)
     records = read_json(path)
     if not isinstance(records, list):
-        raise DataError(path, None, None, "expected a JSON list of SVAMP records")
-    return [_task(record, path, index) for index, record in enumerate(records, start=1)]
+        raise DataError(path, None, None, "expected a JSON list of SVAMP records", "not a list")
+    seen: dict[str, int] = {}
+    return convert_rows(enumerate(records, start=1), lambda index, record: _task(record, path, index, seen), skipped)
 
 
 def equation_to_plan(tree: Expression) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -46,19 +49,22 @@ def equation_to_plan(tree: Expression) -> tuple[tuple[str, ...], tuple[str, ...]
     return tuple(subgoals), tuple(actions)
 
 
-def _task(record: object, path: Path, index: int) -> Task:
+def _task(record: object, path: Path, index: int, seen: dict[str, int]) -> Task:
+    """The record's task; `seen` (ID -> record index) refuses a repeated ID, which would make two tasks one."""
     if not isinstance(record, dict):
-        raise DataError(path, index, None, f"expected a JSON object, got {type(record).__name__}")
-    record_id = require(record, "ID", str, path, index)
+        raise DataError(path, index, None, f"expected a JSON object, got {type(record).__name__}", "not an object")
+    record_id = require_text(record, "ID", path, index)
     body = require(record, "Body", str, path, index)
-    question = require(record, "Question", str, path, index)
-    equation = require(record, "Equation", str, path, index)
+    question = require_text(record, "Question", path, index)
+    equation = require_text(record, "Equation", path, index)
     answer = require(record, "Answer", (int, float), path, index)
     kind = require(record, "Type", str, path, index)
     try:
         subgoals, actions = equation_to_plan(parse(equation))
     except ValueError as exc:
         raise DataError(path, index, "Equation", f"cannot parse {equation!r}: {exc}") from None
+    if seen.setdefault(record_id, index) != index:
+        raise DataError(path, index, "ID", f"{record_id!r} repeats record {seen[record_id]}", "duplicate id")
     return Task(
         id=f"svamp-{record_id}",
         family="maths",

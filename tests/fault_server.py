@@ -1,0 +1,86 @@
+"""A loopback OpenAI-compatible server that answers from a script of replies and faults.
+
+Each request pops the next `Reply` (the default once the script is empty): a chat completion, an
+HTTP error, a delay past the client's timeout, a truncated or lying body, or a careless echo of
+the Authorization header. It records what it received, so tests can check keys and concurrency.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+
+KEY = "sk-test-7f3a9c1e-unique-secret"  # the only key the server accepts; tests grep for it everywhere
+
+
+@dataclass
+class Reply:
+    """One scripted server response."""
+
+    content: str | None = "Final answer reached"  # chat message content (None: use `raw`)
+    status: int = 200
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None  # the body as sent
+    declared_length: int | None = None  # Content-Length that lies about `raw`
+    echo_auth: bool = False  # put the request's Authorization header in the body (a careless server)
+
+
+@dataclass
+class Server:
+    url: str
+    script: list[Reply]  # popped per request; the default Reply once empty
+    default: Reply = field(default_factory=Reply)
+    auth: list[str | None] = field(default_factory=list)
+    bodies: list[dict] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def handler(server: Server) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # keep test output quiet
+            pass
+
+        def do_POST(self) -> None:
+            with server.lock:
+                server.in_flight += 1
+                server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                reply = server.script.pop(0) if server.script else server.default
+            try:
+                self._respond(reply)
+            except OSError:  # the client gave up (timeout test)
+                pass
+            finally:
+                with server.lock:
+                    server.in_flight -= 1
+
+        def _respond(self, reply: Reply) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length))
+            auth = self.headers.get("Authorization")
+            with server.lock:
+                server.auth.append(auth)
+                server.bodies.append(body)
+            time.sleep(reply.delay_s)
+            if auth != f"Bearer {KEY}" or self.path != "/v1/chat/completions":
+                reply = Reply(None, 401, raw=b'{"error": "bad key or path"}')
+            if reply.raw is not None:
+                data = reply.raw
+            elif reply.echo_auth:
+                data = json.dumps({"error": f"rejected header Authorization: {auth}"}).encode()
+            else:
+                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply.content}}]}).encode()
+            self.send_response(reply.status)
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(reply.declared_length or len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
