@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from coalign.formats import parse_action, split_actions
-from coalign.tools import maths
+from coalign.tools import maths, qa
 
 Tool = Callable[[str], tuple[str, ...]]
 
-DOMAINS: dict[str, dict[str, Tool]] = {"maths": maths.TOOLS}
+DOMAINS: dict[str, dict[str, Tool]] = {"maths": maths.TOOLS, "qa": qa.TOOLS}
 
 MAX_ACTIONS = 64  # actions in one sequence
 MAX_INPUT_CHARS = 100_000  # whole sequence, and any argument after `R#` substitution
