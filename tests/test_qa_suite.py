@@ -109,6 +109,28 @@ def test_gold_actions_reach_the_gold_answer_on_every_task() -> None:
         assert len(tasks) == GOLD_CHECKED
 
 
+def test_answers_mean_what_the_questions_ask() -> None:
+    """Checked against the world's facts, not through the tools: the comparison a yes/no question words
+    is the one its Calculator step makes, and an "A or B?" answer is the entity the world says wins."""
+    larger_words = {"taller", "larger", "more", "after", "younger"}
+    for split in ("train", "heldin"):
+        for task in _suite(split):
+            words = set(re.findall(r"\b[a-z]+\b", task.question))  # names are capitalised
+            op = re.search(r"Calculator\(R\d+ ([<>]) R\d+\)", task.actions[-1])[1]
+            assert op == (">" if words & larger_words else "<"), (task.question, task.actions[-1])
+    world = bundled_world()
+    measures = {"founded": "founded", "born": "born", "climbed": "climbed", "tall": "height", "shorter": "height"}
+    measures |= {"population": "population", "employees": "employees"}
+    for task in _suite("heldout"):
+        if task.meta["template"] != "heldout_choice":
+            continue
+        ask, a, b = re.fullmatch(r"(.+), (?:the )?(.+) or (?:the )?(.+)\?", task.question).groups()
+        attribute = next(v for k, v in measures.items() if k in ask)
+        values = {name: world.entities[name].facts[attribute] for name in (a, b)}
+        larger = bool(set(ask.lower().split()) & {"later", "taller", "larger", "more"})
+        assert task.answer == (max if larger else min)(values, key=values.get), (task.question, values)
+
+
 def _tools(task) -> list[str]:
     return [parse_action(a).tool for a in task.actions]
 
