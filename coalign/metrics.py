@@ -75,6 +75,21 @@ def strategyqa_match(pred: str | None, gold: bool) -> bool:
     return pred is not None and says_yes(pred) == gold
 
 
+YES_NO_DATASETS = frozenset({"strategyqa", "qa-suite-heldin"})  # scored by Lumos's StrategyQA rule
+
+
+def answer_correct(pred: str | None, gold: str, family: str, dataset: str) -> bool:
+    """Is a task's executed answer right, by its benchmark's rule: numeric match for maths, Lumos's
+    yes/no rule for StrategyQA-style data (gold "yes"/"no"), SQuAD exact match for other QA."""
+    if family == "maths":
+        return numeric_match(pred, gold)
+    if family != "qa":
+        raise ValueError(f"no answer rule for family {family!r}")
+    if dataset in YES_NO_DATASETS:
+        return strategyqa_match(pred, gold == "yes")
+    return squad_exact_match(pred, gold)
+
+
 def accuracy(flags: Iterable[bool]) -> float:
     """Fraction of true flags, in [0, 1]; 0.0 when there are none."""
     values = [bool(flag) for flag in flags]

@@ -7,6 +7,7 @@ import pytest
 from coalign.metrics import (
     NUMERIC_REL_TOL,
     accuracy,
+    answer_correct,
     gsm8k_gold_answer,
     lumos_exact_match,
     numeric_match,
@@ -136,3 +137,25 @@ def test_strategyqa_match_compares_the_reading_with_the_bool() -> None:
     assert not strategyqa_match(None, False)  # a failed run is wrong even when the gold is no
     assert [strategyqa_gold_answer(v) for v in (True, False)] == ["yes", "no"]
     assert strategyqa_match(strategyqa_gold_answer(True), True) and strategyqa_match("no", False)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "family", "dataset", "correct"),
+    [
+        ("24.0", "24", "maths", "gsm8k", True),  # numeric match
+        ("Yes, it is.", "yes", "qa", "strategyqa", True),  # Lumos's yes/no rule
+        ("no", "yes", "qa", "qa-suite-heldin", False),
+        ("yes", "no", "qa", "qa-suite-heldin", False),
+        ("the Orvel Guild", "Orvel Guild", "qa", "qa-suite-heldout", True),  # SQuAD exact match
+        ("48,200", "48200", "qa", "hotpotqa", True),
+        ("Yes, it is.", "yes", "qa", "hotpotqa", False),  # HotpotQA's yes/no answers are matched exactly
+        (None, "no", "qa", "strategyqa", False),
+    ],
+)
+def test_answer_correct_uses_each_benchmark_rule(pred, gold, family, dataset, correct) -> None:
+    assert answer_correct(pred, gold, family, dataset) is correct
+
+
+def test_answer_correct_refuses_a_family_without_a_rule() -> None:
+    with pytest.raises(ValueError, match="no answer rule for family 'web'"):
+        answer_correct("CLICK", "CLICK", "web", "mind2web")
