@@ -109,12 +109,11 @@ class _Subject:
 
 @dataclass(frozen=True)
 class _Lookup:
-    """One fact fetched with KnowledgeQuery -> ParagraphRetrieve (-> QA)."""
+    """One fact to fetch with KnowledgeQuery -> ParagraphRetrieve -> QA."""
 
     entity: str  # the KnowledgeQuery argument: a page title or the R# of an earlier answer
     question: str  # what ParagraphRetrieve and QA are asked
     description: str  # the fact in words, for descriptive subgoals
-    value: str  # the gold answer text, as the page writes it
 
 
 def _value(entity: Entity, attribute: str) -> str:
@@ -128,7 +127,6 @@ def _lookup(entity: Entity, attribute: str, named: str, described: str) -> _Look
         entity=entity.name if named == entity.mention else named,
         question=question.format(e=named),
         description=description.format(d=described),
-        value=_value(entity, attribute),
     )
 
 
@@ -138,7 +136,7 @@ class _Fetched(NamedTuple):
 
 
 class _Plan:
-    """Gold subgoals (one text per style) and actions, built step by step; returns each step's `R#`."""
+    """Gold subgoals (one text per style but vague) and actions, built step by step."""
 
     def __init__(self) -> None:
         self.actions: list[str] = []
@@ -162,9 +160,9 @@ class _Plan:
         )
         return _Fetched(paragraph, self._act(f"QA([{paragraph}], Question: {lookup.question})"))
 
-    def final(self, action: str, explicit: str, descriptive: str) -> str:
+    def final(self, action: str, explicit: str, descriptive: str) -> None:
         self.subgoals.append({"explicit": explicit, "descriptive": descriptive})
-        return self._act(action)
+        self._act(action)
 
 
 @dataclass(frozen=True)
@@ -226,7 +224,14 @@ def _compare(
     return _Draft(question, plan, "yes" if holds else "no", "yes/no")
 
 
-def _two_subjects(rng, world, kinds_a, kinds_b, bridged, distinct_by) -> tuple[_Subject, _Subject] | None:
+def _two_subjects(
+    rng: random.Random,
+    world: World,
+    kinds_a: tuple[str, ...],
+    kinds_b: tuple[str, ...],
+    bridged: bool,
+    distinct_by: Callable[[_Subject], int | str],
+) -> tuple[_Subject, _Subject] | None:
     """Two subjects of the given kinds about different entities whose values (per `distinct_by`) differ."""
     a = _subject(rng, world, rng.choice(kinds_a), bridged)
     b = _subject(rng, world, rng.choice(kinds_b), False)
@@ -286,7 +291,7 @@ def _bridge_amounts(rng: random.Random, world: World) -> _Draft | None:
 # ---- held-out: values, names, and "A or B?" (HotpotQA-like)
 
 
-def _bridge(rng: random.Random, world: World) -> _Draft | None:
+def _bridge(rng: random.Random, world: World) -> _Draft:
     """Two hops: the fact about an entity reached through another ("the city where X was born")."""
     kind = rng.choice(tuple(_BRIDGES))
     subject = _subject(rng, world, kind, True)
@@ -302,7 +307,8 @@ def _bridge(rng: random.Random, world: World) -> _Draft | None:
 
 
 def _choice(rng: random.Random, world: World) -> _Draft | None:
-    """ "Which was founded first, A or B?": both paragraphs retrieved, then QA over the two."""
+    """An "A or B?" question ("Which was founded first, A or B?"): both facts looked up, then QA reads
+    the two retrieved paragraphs and names the winner."""
     (kind, attribute), (ask_larger, ask_smaller) = rng.choice(list(_CHOICES.items()))
     other = kind if attribute != "founded" else rng.choice(("city", "organisation"))
     pair = _two_subjects(rng, world, (kind,), (other,), False, lambda s: s.entity.facts[attribute])

@@ -128,7 +128,7 @@ _MEASURED = {
 
 
 def _answer_kind(question: str) -> str:
-    """ "year", "number" or "name", from the question's wording."""
+    """The kind of span a question wants ("year", "number" or "name"), from its wording."""
     q = question.lower().strip()
     if q.startswith("when") or "what year" in q or "which year" in q:
         return "year"
