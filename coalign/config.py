@@ -84,12 +84,13 @@ class ModelSettings(Settings):
 class DataSource(Settings):
     """One set of tasks.
 
-    kind `suite`: the bundled generator (split, n, seed); `gsm8k` / `svamp`: the public files at
-    `path`; `lumos`: Agent Lumos `messages` JSONL, planner rows at `path`, grounder rows at
+    kind `suite` / `qa_suite`: the bundled maths / QA generator (split, n, seed); `gsm8k` / `svamp` /
+    `strategyqa` / `hotpotqa`: the public files at `path` (the QA ones have no gold plans: evaluation
+    only); `lumos`: Agent Lumos `messages` JSONL, planner rows at `path`, grounder rows at
     `grounder_path`. `n` keeps the first n tasks.
     """
 
-    kind: Literal["suite", "gsm8k", "svamp", "lumos"]
+    kind: Literal["suite", "qa_suite", "gsm8k", "svamp", "strategyqa", "hotpotqa", "lumos"]
     path: Path | None = None
     grounder_path: Path | None = None
     split: Literal["train", "heldin", "heldout"] | None = None
@@ -98,9 +99,10 @@ class DataSource(Settings):
 
     @model_validator(mode="after")
     def _needs(self) -> "DataSource":
-        if self.kind == "suite" and (self.split is None or self.n is None):
-            raise ValueError("kind 'suite' needs 'split' and 'n'")
-        if self.kind != "suite" and self.path is None:
+        generated = self.kind in ("suite", "qa_suite")
+        if generated and (self.split is None or self.n is None):
+            raise ValueError(f"kind '{self.kind}' needs 'split' and 'n'")
+        if not generated and self.path is None:
             raise ValueError(f"kind '{self.kind}' needs 'path'")
         if self.kind == "lumos" and self.grounder_path is None:
             raise ValueError("kind 'lumos' needs 'grounder_path' (the grounder rows) beside 'path' (planner rows)")

@@ -14,7 +14,7 @@ from statistics import mean
 from coalign.agents import Agent, ground, plan
 from coalign.config import EvalSettings
 from coalign.formats import FormatError, format_actions, format_subgoals, grounder_prompt, parse_subgoals
-from coalign.metrics import accuracy, lumos_exact_match, numeric_match
+from coalign.metrics import accuracy, answer_correct, lumos_exact_match
 from coalign.stages.score import score_completions
 from coalign.tasks import Task
 from coalign.tasks.suite import BLANK_SUBGOAL
@@ -31,7 +31,7 @@ def _is_plan(text: str) -> bool:
 
 def _score(tasks: Sequence[Task], action_texts: Sequence[str]) -> tuple[list, list[bool], list[bool]]:
     traces = [execute(a, t.family) for t, a in zip(tasks, action_texts, strict=True)]
-    ok = [numeric_match(tr.answer, t.answer) for tr, t in zip(traces, tasks)]
+    ok = [answer_correct(tr.answer, t.answer, t.family, t.dataset) for tr, t in zip(traces, tasks)]
     exact = [tr.answer is not None and lumos_exact_match(tr.answer, t.answer) for tr, t in zip(traces, tasks)]
     return traces, ok, exact
 

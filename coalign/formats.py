@@ -27,6 +27,16 @@ TOOL_PREAMBLES: dict[str, str] = {
         "Code(pseudo_code): Generate a Python function that corresponds to the pseudo code; "
         "Define(variable/number): Define a variable or a number for latter usage.\n\n"
     ),
+    # Lumos's complex-QA tool list word for word (Calculator listed twice, as in its training rows and
+    # evaluation scripts), so that prompts match the released data and `lumos` rows map to this family.
+    "qa": (
+        "The available action list is 'KnowledgeQuery', 'ParagraphRetrieve', 'QA', 'Calculator', and 'Code'.\n"
+        "Calculator(formula): Calculate the input formula; KnowledgeQuery(query): Capture the relevant webpages "
+        "according to the query; ParagraphRetrieve(context, query): Given a query, retrieve the most relevant "
+        "paragraphs from the given context; QA(context, query): Given context, answer the given query; "
+        "Calculator(formula): Calculate the input formula; Code(pseudo_code): Generate a Python function that "
+        "corresponds to the pseudo code.\n\n"
+    ),
 }
 
 SUBGOAL_SEPARATOR = "; "

@@ -1,8 +1,9 @@
-"""Answer metrics: Agent Lumos's exact match, a tolerant numeric match, and gold-answer extraction."""
+"""Answer metrics: Agent Lumos's exact match, a tolerant numeric match, the QA rules, and gold-answer extraction."""
 
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterable
 from fractions import Fraction
 
@@ -10,6 +11,8 @@ NUMERIC_REL_TOL = 1e-4
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.A)
 _THOUSANDS = re.compile(r"(\d),(\d)")
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
 def _as_number(text: str) -> Fraction | None:
@@ -43,6 +46,50 @@ def lumos_exact_match(pred: str | None, gold: str) -> bool:
     return pred is not None and pred.strip() == gold.strip()
 
 
+def squad_normalize(text: str) -> str:
+    """SQuAD/HotpotQA answer normalisation, in the reference order: lowercase, drop punctuation, drop
+    the articles a/an/the, squeeze whitespace (Agent Lumos's HotpotQA `normalize_answer`)."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def squad_exact_match(pred: str | None, gold: str) -> bool:
+    """HotpotQA exact match: equal after `squad_normalize` (`The Orvel Guild.` matches `orvel guild`)."""
+    return pred is not None and squad_normalize(pred) == squad_normalize(gold)
+
+
+def says_yes(pred: str | None) -> bool:
+    """Agent Lumos's StrategyQA reading of an answer: yes when its text contains "yes" in any case.
+
+    A substring test, as in the reference, so "Yes, because ..." is yes and so (a quirk kept for
+    comparability) is "eyes"; anything else, including "True" and a missing answer, is no.
+    """
+    return pred is not None and "yes" in pred.lower()
+
+
+def strategyqa_match(pred: str | None, gold: bool) -> bool:
+    """StrategyQA exact match: the yes/no reading of the prediction equals the gold bool.
+
+    A missing prediction (failed execution) counts wrong whatever the gold, as Lumos skips it.
+    """
+    return pred is not None and says_yes(pred) == gold
+
+
+YES_NO_DATASETS = frozenset({"strategyqa", "qa-suite-heldin"})  # scored by Lumos's StrategyQA rule
+
+
+def answer_correct(pred: str | None, gold: str, family: str, dataset: str) -> bool:
+    """Is a task's executed answer right, by its benchmark's rule: numeric match for maths, Lumos's
+    yes/no rule for StrategyQA-style data (gold "yes"/"no"), SQuAD exact match for other QA."""
+    if family == "maths":
+        return numeric_match(pred, gold)
+    if family != "qa":
+        raise ValueError(f"no answer rule for family {family!r}")
+    if dataset in YES_NO_DATASETS:
+        return strategyqa_match(pred, gold == "yes")
+    return squad_exact_match(pred, gold)
+
+
 def accuracy(flags: Iterable[bool]) -> float:
     """Fraction of true flags, in [0, 1]; 0.0 when there are none."""
     values = [bool(flag) for flag in flags]
@@ -54,6 +101,11 @@ def gsm8k_gold_answer(answer_field: str) -> str:
     if "####" not in answer_field:
         raise ValueError(f"GSM8K answer has no '####' final answer: {answer_field[-80:]!r}")
     return _THOUSANDS.sub(r"\1\2", answer_field.rsplit("####", 1)[1].strip())
+
+
+def strategyqa_gold_answer(value: bool) -> str:
+    """StrategyQA stores answers as bools; a task's answer text is "yes" or "no" (what `says_yes` reads)."""
+    return "yes" if value else "no"
 
 
 def svamp_gold_answer(value: float) -> str:

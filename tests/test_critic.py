@@ -86,6 +86,20 @@ def test_execution_critic_drops_a_failure_without_gold() -> None:
     assert verdict.actions is None and not verdict.success and "no gold" in verdict.note
 
 
+def test_execution_critic_scores_qa_tasks_by_their_benchmark_rule() -> None:
+    from coalign.tasks.qa_suite import generate_qa_suite
+
+    yes_no = generate_qa_suite("heldin", 1)[0]
+    choice = next(t for t in generate_qa_suite("heldout", 20) if t.meta["template"] == "heldout_choice")
+    gold = [CriticInput(t, t.subgoals, "; ".join(t.actions)) for t in (yes_no, choice)]
+    assert [v.success for v in ExecutionCritic().judge(gold)] == [True, True]
+    last = yes_no.actions[-1]
+    flipped = last.replace("<", ">") if "<" in last else last.replace(">", "<")  # the other yes/no
+    wrong = "; ".join([*yes_no.actions[:-1], flipped])
+    (verdict,) = ExecutionCritic().judge([CriticInput(yes_no, yes_no.subgoals, wrong)])
+    assert (verdict.success, verdict.note) == (False, "wrong answer")
+
+
 def test_no_critic_keeps_everything() -> None:
     verdicts = NoCritic().judge([item(RIGHT), item(WRONG), item("nonsense")])
     assert [(v.success, v.actions) for v in verdicts] == [(True, RIGHT), (True, WRONG), (True, "nonsense")]

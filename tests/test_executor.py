@@ -112,6 +112,12 @@ def test_a_buggy_tool_is_recorded_but_interrupts_still_stop_the_run(monkeypatch:
         execute("R1 = Stop(1)", domain="test")
 
 
+def test_only_numbers_are_parenthesised_other_values_go_in_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(executor.DOMAINS, "test", {"Say": lambda argument: (argument,)})
+    trace = execute("R1 = Say(-3.5); R2 = Say(Zorvath Keep); R3 = Say(x = 2); R4 = Say(R1 R2 R3)", domain="test")
+    assert trace.answer == "(-3.5) Zorvath Keep x = 2"
+
+
 def test_an_unknown_domain_is_a_caller_error() -> None:
     with pytest.raises(KeyError, match="unknown domain 'chess'"):
         execute("R1 = Calculator(1)", domain="chess")

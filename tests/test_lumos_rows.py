@@ -133,3 +133,15 @@ def test_malformed_line_names_file_line_and_field(
 def test_loaded_row_is_plain_data() -> None:
     row = LumosRow("a", "gsm8k", tuple(GOOD["messages"]))
     assert row.to_json() == GOOD
+
+
+def test_qa_suite_tasks_round_trip_as_the_qa_family() -> None:
+    """The grounder prompt shows Lumos's QA tool list, which is how rows read back as family "qa"."""
+    from coalign.tasks.qa_suite import generate_qa_suite
+
+    tasks = generate_qa_suite("heldout", 20)
+    pairs = [task_to_rows(t) for t in tasks]
+    assert all("'KnowledgeQuery', 'ParagraphRetrieve', 'QA'" in g.messages[0]["content"] for _, g in pairs)
+    back = tasks_from_rows([p for p, _ in pairs], [g for _, g in pairs])
+    assert back == [replace(t, answer="", subgoal_styles=(), meta={}) for t in tasks]
+    assert {t.family for t in back} == {"qa"}

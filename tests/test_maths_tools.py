@@ -14,6 +14,7 @@ from coalign.tools.maths import (
     ToolError,
     calculator,
     code,
+    comparison,
     count,
     define,
     format_number,
@@ -250,3 +251,26 @@ def test_the_registry_lists_every_tool_of_the_lumos_preamble() -> None:
         assert f"'{name}'" in TOOL_PREAMBLES["maths"]
     expected = {"Calculator", "SetEquation", "SolveEquation", "Count", "SolveInequality", "Code", "Define"}
     assert set(maths.TOOLS) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "holds"),
+    [
+        ("3 > 2", True),
+        ("2 > 3", False),
+        ("1,874 < 1,821", False),
+        ("(1821) <= (1821)", True),
+        ("1/3 = 2/6", True),
+        ("0.1 + 0.2 >= 0.3", True),
+        ("-5 < -4", True),
+        ("2 * 3", None),  # arithmetic, not a comparison
+        ("1, 2", None),
+    ],
+)
+def test_comparison_of_numbers(text: str, holds: bool | None) -> None:
+    assert comparison(text) is holds
+
+
+def test_comparison_refuses_unknowns() -> None:
+    with pytest.raises(ToolError, match="numbers on both sides; unknown name.*Brennholt"):
+        comparison("Brennholt > 3")

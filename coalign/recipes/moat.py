@@ -34,7 +34,7 @@ from coalign.agents import Agent, generate
 from coalign.config import RunConfig
 from coalign.errors import RunError
 from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals, planner_prompt
-from coalign.metrics import numeric_match
+from coalign.metrics import answer_correct
 from coalign.recipes.lumos import (
     cold_start,
     evaluate_run,
@@ -274,7 +274,7 @@ def round_premise(tasks, scores, groundings, reduction: str) -> dict:
             if s[reduction] is None:  # the content reduction of a task without tool arguments
                 continue
             nll.append(s[reduction])
-            success.append(numeric_match(execute(a, task.family).answer, task.answer))
+            success.append(answer_correct(execute(a, task.family).answer, task.answer, task.family, task.dataset))
     return {
         "candidates": len(nll),
         "grounding_success_rate": sum(success) / max(1, len(success)),

@@ -38,7 +38,7 @@ from coalign.formats import (
     parse_actions,
     parse_subgoals,
 )
-from coalign.metrics import numeric_match
+from coalign.metrics import answer_correct
 from coalign.tasks import Task
 from coalign.tools.executor import execute
 
@@ -115,7 +115,7 @@ class ExecutionCritic:
         trace = execute(item.actions, item.task.family)
         if trace.error is not None:
             return _gold_verdict(item.task, f"execution failed: {trace.error}"[:300])
-        if not numeric_match(trace.answer, item.task.answer):
+        if not answer_correct(trace.answer, item.task.answer, item.task.family, item.task.dataset):
             return _gold_verdict(item.task, "wrong answer")
         return Verdict(True, item.actions, note="correct answer")
 

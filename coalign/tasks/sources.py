@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from rich.console import Console
 from rich.markup import escape
 
@@ -9,9 +12,20 @@ from coalign.config import DataSource
 from coalign.errors import DataError, SkippedRows
 from coalign.tasks import Task
 from coalign.tasks.gsm8k import load_gsm8k
+from coalign.tasks.hotpotqa import load_hotpotqa
 from coalign.tasks.lumos import load_lumos_tasks
+from coalign.tasks.qa_suite import generate_qa_suite
+from coalign.tasks.strategyqa import load_strategyqa
 from coalign.tasks.suite import generate_suite
 from coalign.tasks.svamp import load_svamp
+
+
+FILE_LOADERS: dict[str, Callable[[Path, SkippedRows | None], list[Task]]] = {
+    "gsm8k": load_gsm8k,
+    "svamp": load_svamp,
+    "strategyqa": load_strategyqa,
+    "hotpotqa": load_hotpotqa,
+}
 
 
 def load_source(source: DataSource, skipped: SkippedRows | None = None) -> list[Task]:
@@ -22,11 +36,11 @@ def load_source(source: DataSource, skipped: SkippedRows | None = None) -> list[
     """
     if source.kind == "suite":
         return generate_suite(source.split, source.n, source.seed)
+    if source.kind == "qa_suite":
+        return generate_qa_suite(source.split, source.n, source.seed)
     before = len(skipped.errors) if skipped else 0
-    if source.kind == "gsm8k":
-        tasks = load_gsm8k(source.path, skipped)
-    elif source.kind == "svamp":
-        tasks = load_svamp(source.path, skipped)
+    if source.kind in FILE_LOADERS:
+        tasks = FILE_LOADERS[source.kind](source.path, skipped)
     else:
         tasks = load_lumos_tasks(source.path, source.grounder_path, skipped)
     if not tasks:
@@ -42,7 +56,9 @@ def _no_tasks(errors: list[DataError]) -> str:
 
 def source_name(source: DataSource) -> str:
     """A short label for tables: the suite split or the loader's kind."""
-    return f"suite-{source.split}" if source.kind == "suite" else source.kind
+    if source.kind in ("suite", "qa_suite"):
+        return f"{source.kind.replace('_', '-')}-{source.split}"
+    return source.kind
 
 
 def load_sources(sources: list[DataSource], skipped: SkippedRows | None = None) -> list[Task]:

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from coalign.formats import parse_action, split_actions
-from coalign.tools import maths
+from coalign.tools import maths, qa
 
 Tool = Callable[[str], tuple[str, ...]]
 
-DOMAINS: dict[str, dict[str, Tool]] = {"maths": maths.TOOLS}
+DOMAINS: dict[str, dict[str, Tool]] = {"maths": maths.TOOLS, "qa": qa.TOOLS}
 
 MAX_ACTIONS = 64  # actions in one sequence
 MAX_INPUT_CHARS = 100_000  # whole sequence, and any argument after `R#` substitution
@@ -25,7 +25,7 @@ MAX_VALUE_CHARS = 10_000  # one output value
 MAX_ERROR_CHARS = 500  # one recorded error message
 
 _REFERENCE = re.compile(r"\bR\d+\b", re.A)
-_RELATION = re.compile(r"[=<>;,]")
+_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?", re.A)
 
 
 @dataclass
@@ -69,8 +69,9 @@ def _action_texts(actions: str | Sequence[str]) -> tuple[list[str], str | None]:
 
 
 def _operand(value: str) -> str:
-    """Numbers and names go in parentheses (`28 - R1` with R1 = -3); equations go in as they are."""
-    return value if _RELATION.search(value) else f"({value})"
+    """A number goes in parentheses (`28 - R1` with R1 = -3 reads `28 - (-3)`); any other value (a name, an
+    equation, a QA tool's paragraphs or answer) goes in as it is, so `KnowledgeQuery(R3)` reads the name."""
+    return f"({value})" if _NUMBER.fullmatch(value) else value
 
 
 def _substitute(argument: str, values: dict[str, str]) -> str:

@@ -450,6 +450,21 @@ def calculator(argument: str) -> tuple[str]:
     return (format_number(number),)
 
 
+def comparison(argument: str) -> bool | None:
+    """Whether one comparison of numbers (`3 > 2`, `1,200 <= 900`, `2 = 2`) holds; None for text that
+    compares nothing (plain arithmetic, for `calculator`). Lumos's QA grounder writes `Calculator(R6 > R3)`."""
+    relations = _parse(argument)
+    if len(relations) != 1 or relations[0].op is None:
+        return None
+    relation = relations[0]
+    left, right = _constant(relation.lhs), _constant(relation.rhs)
+    if left is None or right is None:
+        unknown = _unknown_names(relation.lhs if left is None else relation.rhs)
+        raise ToolError(f"a comparison needs numbers on both sides; unknown name(s): {unknown}")
+    holds = {"=": left == right, "<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}
+    return bool(holds[relation.op])  # sympy answers <, > with its own true/false
+
+
 def set_equation(argument: str) -> tuple[str]:
     """SetEquation(equation): the equation(s), normalised, in text SolveEquation reads back."""
     relations = _parse(argument)

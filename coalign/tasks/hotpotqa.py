@@ -1,0 +1,51 @@
+"""HotpotQA as shipped with Agent Lumos's evaluation (`test.json`: a JSON list of {question, answer, type}).
+
+Lumos's copy is the HotpotQA dev set (7,405 questions) without its paragraphs: the question,
+the gold answer text and the question type ("bridge" or "comparison"). No decomposition ships with
+it, so tasks have no gold subgoals or actions; they serve evaluation (SQuAD exact match).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coalign.errors import DataError, SkippedRows
+from coalign.tasks import Task
+from coalign.tasks.jsonl import convert_rows, read_json, require, require_text, type_name
+
+TYPES = ("bridge", "comparison")
+
+
+def load_hotpotqa(path: str | Path, skipped: SkippedRows | None = None) -> list[Task]:
+    """Tasks with family "qa" and the gold answer text (scored by `metrics.squad_exact_match`).
+
+    Errors name the file, the 1-based record index as the line, and the field; a bad record raises
+    DataError, or is recorded in `skipped` and left out. A file that is not a JSON list always raises.
+    """
+    path = Path(path)
+    records = read_json(path)
+    if not isinstance(records, list):
+        raise DataError(
+            path, None, None, f"expected a JSON list of HotpotQA records, got {type_name(records)}", "not a list"
+        )
+    return convert_rows(enumerate(records, start=1), lambda index, record: _task(record, path, index), skipped)
+
+
+def _task(record: object, path: Path, index: int) -> Task:
+    if not isinstance(record, dict):
+        raise DataError(path, index, None, f"expected a JSON object, got {type_name(record)}", "not an object")
+    question = require_text(record, "question", path, index)
+    answer = require_text(record, "answer", path, index)
+    kind = require(record, "type", str, path, index)
+    if kind not in TYPES:
+        raise DataError(path, index, "type", f"expected one of {', '.join(TYPES)}, got {kind!r}", "unknown type")
+    return Task(
+        id=f"hotpotqa-{index}",
+        family="qa",
+        dataset="hotpotqa",
+        question=question.strip(),
+        subgoals=(),
+        actions=(),
+        answer=answer.strip(),
+        meta={"source": path.name, "type": kind},
+    )
