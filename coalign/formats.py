@@ -1,8 +1,8 @@
 """Agent Lumos text formats: prompts, subgoal and action sequences, chat rows (pure functions).
 
 Everything a model reads or writes passes through here, so the planner, the grounder, the
-executor and the data loaders agree on one spelling. The onetime formulation is implemented;
-the iterative one (one subgoal per turn) reuses the same pieces turn by turn.
+executor and the data loaders agree on one spelling. The onetime formulation is here; the iterative
+one (one subgoal per turn, Lumos's web formulation) is in `coalign.formats_iterative` and reuses these pieces.
 """
 
 from __future__ import annotations
@@ -37,7 +37,24 @@ TOOL_PREAMBLES: dict[str, str] = {
         "Calculator(formula): Calculate the input formula; Code(pseudo_code): Generate a Python function that "
         "corresponds to the pseudo code.\n\n"
     ),
+    # Lumos's web tool list word for word (its Mind2Web training rows and evaluation script).
+    "web": (
+        "The available action list is 'CLICK', 'TYPE', 'SELECT'.\n"
+        "CLICK(Env, Query): Click the relevant html region in Env according to Query; TYPE(Env, Query, Text): "
+        "Type Text into the relevant html region in Env according to Query; SELECT(Env, Query, Text): Select the "
+        "value Text of the relevant selection box in Env according to Query.\n\n"
+    ),
+    # Lumos's WebShop tool list word for word (its WebShop evaluation script; no training rows use it).
+    "shop": (
+        "The available action list is 'Search', 'FeatureRetrieve', 'Pick' and 'Click'.\n"
+        "Search(Query): Search related items according to the Query; FeatureRetrieve(Feature_list, Query): Select "
+        "the most relevant features from Feature_list according to Query; Pick(Item_names, Item_features, Query): "
+        "Pick the most relevant item from Item_names according to Query, Item_names and Item_features; "
+        "Click(Item): Click the Item to check more information.\n\n"
+    ),
 }
+# The benchmark family of each tool list: the web family has two (Mind2Web's and WebShop's).
+TOOL_FAMILIES: dict[str, str] = {"maths": "maths", "qa": "qa", "web": "web", "shop": "web"}
 
 SUBGOAL_SEPARATOR = "; "
 ACTION_SEPARATOR = "; "
