@@ -182,6 +182,8 @@ def parse_grounder_messages(messages: Sequence[Message]) -> GrounderConversation
     subgoals, groups = [match["subgoal"].strip()], []
     for at in range(1, len(messages), 2):
         groups.append(tuple(split_actions(messages[at]["content"])))
+        if not groups[-1]:
+            raise FormatError(f"turn {at}: no actions ground Subgoal {len(groups)}")
         if at + 1 == len(messages):
             break
         following = _NEXT_GROUNDER.fullmatch(messages[at + 1]["content"])

@@ -105,6 +105,8 @@ def test_broken_conversations_name_the_turn() -> None:
         parse_grounder_messages(
             grounder[:2] + [{"role": "user", "content": grounder_next_prompt(3, "x")}] + grounder[3:]
         )
+    with pytest.raises(FormatError, match="turn 3: no actions ground Subgoal 2"):
+        parse_grounder_messages(grounder[:3] + [{"role": "assistant", "content": " "}] + grounder[4:])
     unknown = grounder[0]["content"].replace("'CLICK'", "'TAP'")
     with pytest.raises(FormatError, match="turn 0"):
         parse_grounder_messages([{"role": "user", "content": unknown}, grounder[1]])

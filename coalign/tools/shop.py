@@ -1,0 +1,285 @@
+"""A WebShop-like shop and Lumos's WebShop actions (Search, Click, FeatureRetrieve, Pick), run offline.
+
+Action syntax, as in Lumos's WebShop evaluation (allenai/lumos `eval/webshop/examplars.py`):
+
+    R1 = Search(Find me organic green tea with flavor: mint, and price lower than 30.00 dollars)
+    R2 = Click(b0k2m4x8qa)
+    R3 = FeatureRetrieve(R2, Query: Find me organic green tea ...)
+    R4 = Click(< prev)
+    R5 = Click(b0p7d1c3zs)
+    R6 = FeatureRetrieve(R5, Query: Find me organic green tea ...)
+    R7 = Pick(Item_names: R1, Item_features: [R3, R6], Query: Find me organic green tea ...)
+    R8 = Click(< prev)
+    R9 = Click(R7)
+    R10 = Click(mint)
+    R11 = Click(buy now)
+
+Search reports the first two products found ("asin - name ** asin - name"); Click on a product opens
+its page, on an option value chooses it, on `buy now` buys and ends the episode with the WebShop
+reward (`web_metrics.webshop_reward`); FeatureRetrieve keeps the three option values of an opened
+product closest to the query; Pick chooses among Search's products by their names and features.
+Lumos ranks with a cross-encoder; here the search is BM25 and the rankers count shared words.
+Where we differ from WebShop: one results page (its first ten products), no description, feature
+or review sub-pages, and Search works from any page (Lumos replays each episode from the start).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rank_bm25 import BM25Plus
+
+from coalign.formats import FormatError, parse_action, split_actions
+from coalign.tools.web import ActionRecord, Turn, words
+from coalign.web_metrics import webshop_reward
+
+SEARCH_RETURN = 50  # products a search finds (WebShop's SEARCH_RETURN_N)
+SHOWN = 10  # products on the results page (WebShop's PRODUCT_WINDOW)
+TOLD = 2  # products Search reports (Lumos: the first two on the page)
+FEATURES_TOLD = 3  # option values FeatureRetrieve keeps (Lumos)
+BUY, PREV, BACK = "buy now", "< prev", "back to search"
+TOOLS = ("Search", "Click", "FeatureRetrieve", "Pick")
+PRICE_STEPS = tuple(10.0 * i for i in range(1, 100))  # WebShop's PRICE_RANGE
+NO_PRICE_LIMIT = 1_000_000.0  # WebShop's price_upper when no limit is stated
+
+
+@dataclass(frozen=True)
+class Product:
+    """A product as WebShop's engine holds it: `options` maps each option name to its values, in order."""
+
+    asin: str
+    name: str
+    query: str  # the search query the product was scraped for (WebShop's type match reads it)
+    product_category: str  # "Grocery › Beverages › Tea"
+    attributes: tuple[str, ...]
+    options: tuple[tuple[str, tuple[str, ...]], ...]
+    price: float
+    text: str = ""  # bullet points and description, where WebShop also looks for goal attributes
+
+    def option_values(self) -> list[str]:
+        return [value for _, values in self.options for value in values]
+
+    def to_json(self) -> dict:
+        row = {k: getattr(self, k) for k in ("asin", "name", "query", "product_category", "price", "text")}
+        return {**row, "attributes": list(self.attributes), "options": {k: list(v) for k, v in self.options}}
+
+    @classmethod
+    def from_json(cls, row: Mapping) -> Product:
+        options = tuple((k, tuple(v)) for k, v in row["options"].items())
+        fields = ("asin", "name", "query", "product_category")
+        return cls(*(row[k] for k in fields), tuple(row["attributes"]), options, row["price"], row.get("text", ""))
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What a shopper wants (WebShop's goal): attributes, option values and a price limit, and the product it
+    was written for (name, query and category feed the type match)."""
+
+    asin: str
+    instruction: str
+    name: str
+    query: str
+    product_category: str
+    attributes: tuple[str, ...]
+    options: tuple[str, ...]
+    price_upper: float
+
+    def to_json(self) -> dict:
+        row = {k: getattr(self, k) for k in ("asin", "instruction", "name", "query", "product_category")}
+        return {
+            **row,
+            "attributes": list(self.attributes),
+            "options": list(self.options),
+            "price_upper": self.price_upper,
+        }
+
+    @classmethod
+    def from_json(cls, row: Mapping) -> Goal:
+        fields = ("asin", "instruction", "name", "query", "product_category")
+        return cls(*(row[k] for k in fields), tuple(row["attributes"]), tuple(row["options"]), row["price_upper"])
+
+
+def price_upper(rng: random.Random, price: float) -> float:
+    """WebShop's goal price limit: the larger of two of the four next multiples of ten above the price."""
+    above = [p for p in PRICE_STEPS if p > price][:4]
+    return max(rng.sample(above, 2)) if len(above) >= 2 else NO_PRICE_LIMIT
+
+
+class Catalogue:
+    """Products and a BM25 search over their names, texts and option values."""
+
+    def __init__(self, products: Sequence[Product]) -> None:
+        if not products:
+            raise ValueError("a catalogue needs at least one product")
+        self.products = list(products)
+        self.by_asin = {p.asin.lower(): p for p in self.products}
+        if len(self.by_asin) != len(self.products):
+            raise ValueError("two products share an asin")
+        self.terms = [words(f"{p.name} {p.text} {' '.join(p.option_values())}") or [""] for p in self.products]
+        self.index = BM25Plus(self.terms)
+
+    def search(self, query: str) -> list[Product]:
+        """Products sharing a word with the query, best BM25 score first (ties in catalogue order)."""
+        said = words(query)
+        if not said:
+            return []
+        scores = self.index.get_scores(said)
+        wanted = set(said)
+        found = [i for i in range(len(self.products)) if wanted & set(self.terms[i])]
+        found.sort(key=lambda i: (-scores[i], i))
+        return [self.products[i] for i in found[:SEARCH_RETURN]]
+
+
+class ShopError(ValueError):
+    """An action the shop cannot do where it is (clicking what the page does not show)."""
+
+
+@dataclass
+class Session:
+    """Where a shopper is: the search page, a results page, a product page (with options chosen), or done."""
+
+    catalogue: Catalogue
+    page: str = "search"
+    results: list[Product] = field(default_factory=list)
+    product: Product | None = None
+    chosen: dict[str, str] = field(default_factory=dict)
+    bought: Product | None = None
+
+    def clickables(self) -> list[str]:
+        if self.page == "results":
+            return [BACK, *(p.asin.lower() for p in self.results[:SHOWN])]
+        if self.page == "item":
+            return [BACK, PREV, BUY, *self.product.option_values()]
+        return []
+
+    def search(self, query: str) -> list[Product]:
+        self.results, self.page, self.product = self.catalogue.search(query), "results", None
+        return self.results
+
+    def click(self, target: str) -> None:
+        target = target.strip().lower()
+        if target not in self.clickables():
+            shown = ", ".join(self.clickables()) or "nothing (search first)"
+            raise ShopError(f"cannot click {target!r} on the {self.page} page; it shows {shown}")
+        if target == BACK:
+            self.page, self.product = "search", None
+        elif target == PREV:
+            self.page, self.product = "results", None
+        elif target == BUY:
+            self.page, self.bought = "done", self.product
+        elif self.page == "results":
+            self.page, self.product, self.chosen = "item", self.catalogue.by_asin[target], {}
+        else:
+            name = next(n for n, values in self.product.options if target in values)
+            self.chosen[name] = target
+
+
+@dataclass(frozen=True)
+class ShopValue:
+    """What an R# holds: its text, and for Search and a product Click what later tools read."""
+
+    text: str
+    items: tuple[Product, ...] = ()
+    product: Product | None = None
+
+
+def _overlap(query: str, text: str) -> int:
+    return len(set(words(query)) & set(words(text)))
+
+
+_FEATURES = re.compile(r"\s*(?P<page>R\d+)\s*,\s*(?:QUERY|Query):\s*(?P<query>.*\S)", re.S)
+_PICK = re.compile(
+    r"\s*Item_names:\s*(?P<items>R\d+)\s*,\s*Item_features:\s*\[(?P<features>[^\]]*)\]\s*,"
+    r"\s*(?:QUERY|Query):\s*(?P<query>.*\S)",
+    re.S,
+)
+
+
+class ShopEpisode:
+    """One shopping goal run action by action; `score()` is the WebShop reward of the purchase (0 before one).
+
+    Model text is the input, so nothing raises: a malformed action, an unset R# or a click the page
+    does not offer fails that action (recorded) and the shopper stays where they were.
+    """
+
+    def __init__(self, catalogue: Catalogue, goal: Goal) -> None:
+        self.session = Session(catalogue)
+        self.goal = goal
+        self.values: dict[str, ShopValue] = {}
+
+    @property
+    def done(self) -> bool:
+        return self.session.page == "done"
+
+    def act(self, actions: str | Sequence[str]) -> Turn:
+        texts = split_actions(actions.strip().rstrip(".")) if isinstance(actions, str) else list(actions)
+        if not texts:
+            return Turn([ActionRecord("", None, "empty action sequence")], self.done)
+        return Turn([self._step(text) for text in texts], self.done)
+
+    def score(self) -> float:
+        bought = self.session.bought
+        if bought is None:
+            return 0.0
+        return webshop_reward(self.goal, bought, list(self.session.chosen.values()), bought.price)
+
+    def _step(self, text: str) -> ActionRecord:
+        if self.done:
+            return ActionRecord(text, None, "the episode is over (the item was bought)")
+        try:
+            action = parse_action(text.strip().rstrip(".").rstrip())  # Lumos's examplars end some with "."
+            if len(action.outputs) != 1:
+                raise FormatError(f"a shop action names one output, got {', '.join(action.outputs)}")
+            if action.tool not in TOOLS:
+                raise FormatError(f"unknown shop action {action.tool!r}; available: {', '.join(TOOLS)}")
+            value = getattr(self, f"_{action.tool.lower()}")(action.argument.strip())
+        except (FormatError, ShopError) as exc:
+            return ActionRecord(text, None, str(exc))
+        self.values[action.outputs[0]] = value
+        return ActionRecord(text, value.text, None)
+
+    def _value(self, name: str) -> ShopValue:
+        if name not in self.values:
+            raise ShopError(f"{name} not set by an earlier action")
+        return self.values[name]
+
+    def _search(self, query: str) -> ShopValue:
+        if not query:
+            raise FormatError("Search needs a query")
+        told = tuple(self.session.search(query)[:TOLD])
+        return ShopValue(" ** ".join(f"{p.asin} - {p.name}" for p in told) or "No results.", items=told)
+
+    def _click(self, target: str) -> ShopValue:
+        if re.fullmatch(r"R\d+", target):
+            target = self._value(target).text
+        self.session.click(target)
+        if self.done:
+            return ShopValue("Done.")
+        return ShopValue(", ".join(self.session.clickables()), product=self.session.product)
+
+    def _featureretrieve(self, argument: str) -> ShopValue:
+        match = _FEATURES.fullmatch(argument)
+        if not match:
+            raise FormatError("FeatureRetrieve takes (R#, Query: ...)")
+        product = self._value(match["page"]).product
+        if product is None:
+            raise ShopError(f"{match['page']} is not a product page")
+        features = product.option_values()
+        ranked = sorted(range(len(features)), key=lambda i: (-_overlap(match["query"], features[i]), i))
+        return ShopValue(", ".join(features[i] for i in ranked[:FEATURES_TOLD]))
+
+    def _pick(self, argument: str) -> ShopValue:
+        match = _PICK.fullmatch(argument)
+        if not match:
+            raise FormatError("Pick takes (Item_names: R#, Item_features: [R#, ...], Query: ...)")
+        items = self._value(match["items"]).items
+        if not items:
+            raise ShopError(f"{match['items']} holds no products")
+        names = sorted(re.findall(r"R\d+", match["features"]), key=lambda r: int(r[1:]))
+        features = [self._value(name).text for name in names[: len(items)]]
+        features += [""] * (len(items) - len(features))
+        scores = [_overlap(match["query"], f"{item.name} {told}") for item, told in zip(items, features)]
+        return ShopValue(items[max(range(len(items)), key=lambda i: (scores[i], -i))].asin)

@@ -1,0 +1,232 @@
+"""Lumos's web actions (CLICK, TYPE, SELECT) on pages of elements, stepped the way Mind2Web is scored.
+
+Action syntax, as in Lumos's web annotations and its Mind2Web evaluation (allenai/lumos
+`data/incontext.py`, `eval/mind2web/run_eval.py`):
+
+    R1 = TYPE(Env, QUERY: Type Atlanta as the departure location, TEXT: Atlanta)
+    R2 = CLICK(R1, QUERY: Choose the option Atlanta (ATL))
+    R3 = SELECT(R2, QUERY: Set 6 nights as the living period, TEXT: 6 nights)
+
+`Env` names the first page and each `R#` the page its action led to. The grounder never sees the
+page (Lumos leaves the HTML out of its prompts: too long); the environment finds the element the
+QUERY describes, as Lumos does with MindAct's candidate ranker. Offline the ranker is lexical
+(`rank`): the element whose words the query covers best.
+
+Episodes are teacher-forced like Mind2Web's offline evaluation: step k is scored against the
+gold step k, and the page after it is gold page k+1 whatever was done. One action is one step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from coalign.formats import FormatError, parse_action, split_actions
+from coalign.web_metrics import step_correct, task_step_success
+
+OPERATIONS = ("CLICK", "TYPE", "SELECT")
+START_PAGE = "Env"
+QUERY_MARK = "QUERY:"
+TEXT_MARK = ", TEXT:"
+NAMING_ATTRIBUTES = ("aria_label", "placeholder", "title", "name", "alt", "value")  # read when text is missing
+
+
+@dataclass(frozen=True)
+class Element:
+    """One candidate element: Mind2Web's `backend_node_id`, its tag or role, visible text and attributes."""
+
+    id: str
+    tag: str
+    text: str = ""
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        """`[button] Search flights`, as Mind2Web's action_reprs write an element (naming attributes if no text)."""
+        named = self.text or " ".join(v for k, v in self.attributes if k in NAMING_ATTRIBUTES)
+        return f"[{self.tag}] {named}".strip()
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "tag": self.tag, "text": self.text, "attributes": dict(self.attributes)}
+
+    @classmethod
+    def from_json(cls, row: Mapping) -> Element:
+        return cls(row["id"], row["tag"], row.get("text", ""), tuple(row.get("attributes", {}).items()))
+
+
+@dataclass(frozen=True)
+class GoldStep:
+    """One Mind2Web step: the page before it, the operation and value, and the elements that count as right."""
+
+    page: tuple[Element, ...]
+    op: str
+    value: str
+    positives: frozenset[str]
+
+    def to_json(self) -> dict:
+        return {
+            "page": [e.to_json() for e in self.page],
+            "op": self.op,
+            "value": self.value,
+            "positives": sorted(self.positives),
+        }
+
+    @classmethod
+    def from_json(cls, row: Mapping) -> GoldStep:
+        page = tuple(Element.from_json(e) for e in row["page"])
+        return cls(page, row["op"], row["value"], frozenset(row["positives"]))
+
+
+@dataclass(frozen=True)
+class WebCall:
+    """A parsed web action: `R2 = TYPE(R1, QUERY: ..., TEXT: ...)`."""
+
+    output: str
+    op: str
+    page: str
+    query: str
+    text: str  # "" for CLICK
+
+
+_PAGE = re.compile(rf"\s*(?P<page>{START_PAGE}|R\d+)\s*,\s*{QUERY_MARK}\s*(?P<rest>.*)", re.S)
+
+
+def parse_web_action(text: str) -> WebCall:
+    """`R# = OP(page, QUERY: ...[, TEXT: ...])`; TEXT follows the last `, TEXT:` and TYPE/SELECT need it."""
+    action = parse_action(text)
+    if len(action.outputs) != 1:
+        raise FormatError(f"a web action names one output, got {', '.join(action.outputs)}")
+    if action.tool not in OPERATIONS:
+        raise FormatError(f"unknown web operation {action.tool!r}; available: {', '.join(OPERATIONS)}")
+    match = _PAGE.fullmatch(action.argument)
+    if not match:
+        raise FormatError(f"{action.tool} takes (Env or R#, QUERY: ...), got ({action.argument[:60]})")
+    query, marked, value = match["rest"].rpartition(TEXT_MARK)
+    if not marked:
+        query, value = match["rest"], ""
+    if action.tool != "CLICK" and not marked:
+        raise FormatError(f"{action.tool} needs a value: ({match['page']}, QUERY: ..., TEXT: ...)")
+    if not query.strip():
+        raise FormatError(f"{action.tool} has an empty QUERY")
+    return WebCall(action.outputs[0], action.tool, match["page"], query.strip(), value.strip())
+
+
+def format_web_action(output: str, op: str, page: str, query: str, text: str = "") -> str:
+    """The inverse of `parse_web_action`."""
+    value = f"{TEXT_MARK} {text}" if op != "CLICK" else ""
+    return f"{output} = {op}({page}, {QUERY_MARK} {query}{value})"
+
+
+# --------------------------------------------------------------------------- the element ranker
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def words(text: str) -> list[str]:
+    """Lowercased runs of letters and digits: what the ranker compares."""
+    return _WORD.findall(text.lower())
+
+
+def _content(element: Element) -> set[str]:
+    """The words an element shows or is named by (an input's aria label or placeholder, an image's alt)."""
+    named = " ".join(v for k, v in element.attributes if k in NAMING_ATTRIBUTES)
+    return set(words(f"{element.text} {named}"))
+
+
+def rank(page: Sequence[Element], query: str) -> list[Element]:
+    """Elements sharing words with the query, best first: the larger share of the element's own words the
+    query says, then more words shared, then the query naming the tag; ties keep page order."""
+    said = set(words(query))
+    scored = []
+    for index, element in enumerate(page):
+        content = _content(element)
+        shared = len(content & said)
+        if shared:
+            scored.append((-shared / len(content), -shared, element.tag.lower() not in said, index, element))
+    return [element for *_, element in sorted(scored, key=lambda row: row[:4])]
+
+
+def resolve(page: Sequence[Element], query: str) -> Element | None:
+    """The element a query points at (the ranker's first), or None when no element shares a word with it."""
+    ranked = rank(page, query)
+    return ranked[0] if ranked else None
+
+
+# --------------------------------------------------------------------------- episodes
+
+
+@dataclass
+class ActionRecord:
+    """What one action did in an episode: its value as text, or why it failed."""
+
+    action: str
+    value: str | None
+    error: str | None
+
+
+@dataclass
+class Turn:
+    """One grounder turn's actions run in an episode; `result` (the last value) is what the planner may hear."""
+
+    records: list[ActionRecord]
+    done: bool
+
+    @property
+    def result(self) -> str:
+        values = [r.value for r in self.records if r.value is not None]
+        return values[-1] if values else ""
+
+    def to_json(self) -> dict:
+        return {"records": [asdict(r) for r in self.records], "done": self.done}
+
+
+class SiteEpisode:
+    """A Mind2Web-like task run action by action; `score()` is its step success rate.
+
+    Model text is the input here, so nothing raises: a malformed action, an unknown page name or a
+    query that matches nothing fails its step, and the episode moves on to the next gold step.
+    """
+
+    def __init__(self, steps: Sequence[GoldStep]) -> None:
+        if not steps:
+            raise ValueError("an episode needs at least one gold step")
+        self.steps = list(steps)
+        self.pages: dict[str, tuple[Element, ...]] = {START_PAGE: self.steps[0].page}
+        self.flags: list[bool] = []
+
+    @property
+    def done(self) -> bool:
+        return len(self.flags) >= len(self.steps)
+
+    def act(self, actions: str | Sequence[str]) -> Turn:
+        texts = split_actions(actions) if isinstance(actions, str) else list(actions)
+        if not texts:
+            return Turn([ActionRecord("", None, "empty action sequence")], self.done)
+        return Turn([self._step(text) for text in texts], self.done)
+
+    def score(self) -> float:
+        return task_step_success(self.flags, len(self.steps))
+
+    def _step(self, text: str) -> ActionRecord:
+        if self.done:
+            return ActionRecord(text, None, f"the task has no step left (all {len(self.steps)} taken)")
+        gold = self.steps[len(self.flags)]
+        following = self.steps[len(self.flags) + 1].page if len(self.flags) + 1 < len(self.steps) else ()
+        try:
+            call = parse_web_action(text)
+        except FormatError as exc:
+            self.flags.append(False)
+            output = re.match(r"\s*(R\d+)\s*=", text)  # the page still gets a name, as in Lumos's evaluation
+            if output:
+                self.pages[output[1]] = following
+            return ActionRecord(text, None, str(exc))
+        page = self.pages.get(call.page)
+        self.pages[call.output] = following
+        if page is None:
+            self.flags.append(False)
+            return ActionRecord(text, None, f"{call.page} names no page yet")
+        element = resolve(page, call.query)
+        self.flags.append(step_correct(element.id if element else None, call.op, call.text, gold))
+        if element is None:
+            return ActionRecord(text, None, f"no element on the page matches {call.query!r}")
+        return ActionRecord(text, element.describe(), None)
