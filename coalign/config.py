@@ -81,16 +81,22 @@ class ModelSettings(Settings):
     trust_remote_code: bool = False
 
 
+GENERATED_KINDS = ("suite", "qa_suite", "web_suite")
+
+
 class DataSource(Settings):
     """One set of tasks.
 
-    kind `suite` / `qa_suite`: the bundled maths / QA generator (split, n, seed); `gsm8k` / `svamp` /
-    `strategyqa` / `hotpotqa`: the public files at `path` (the QA ones have no gold plans: evaluation
-    only); `lumos`: Agent Lumos `messages` JSONL, planner rows at `path`, grounder rows at
-    `grounder_path`. `n` keeps the first n tasks.
+    kind `suite` / `qa_suite` / `web_suite`: the bundled maths / QA / web generator (split, n, seed);
+    `gsm8k` / `svamp` / `strategyqa` / `hotpotqa`: the public files at `path`; `mind2web`: a Mind2Web
+    JSON file or a folder of them at `path`; `webshop`: a WebShop data folder at `path` (the QA and
+    web ones have no gold plans: evaluation only); `lumos`: Agent Lumos `messages` JSONL, onetime or
+    iterative, planner rows at `path`, grounder rows at `grounder_path`. `n` keeps the first n tasks.
     """
 
-    kind: Literal["suite", "qa_suite", "gsm8k", "svamp", "strategyqa", "hotpotqa", "lumos"]
+    kind: Literal[
+        "suite", "qa_suite", "web_suite", "gsm8k", "svamp", "strategyqa", "hotpotqa", "mind2web", "webshop", "lumos"
+    ]
     path: Path | None = None
     grounder_path: Path | None = None
     split: Literal["train", "heldin", "heldout"] | None = None
@@ -99,7 +105,7 @@ class DataSource(Settings):
 
     @model_validator(mode="after")
     def _needs(self) -> "DataSource":
-        generated = self.kind in ("suite", "qa_suite")
+        generated = self.kind in GENERATED_KINDS
         if generated and (self.split is None or self.n is None):
             raise ValueError(f"kind '{self.kind}' needs 'split' and 'n'")
         if not generated and self.path is None:

@@ -1,8 +1,12 @@
 """Agent Lumos training rows (`{"id", "dataset", "messages"}` JSONL) and their link to Task records.
 
-A task becomes two onetime rows with the same id: a planner row (question -> subgoals) and a
-grounder row (question + subgoals -> actions); `tasks_from_rows` reads such a pair back, and
-`load_lumos_tasks` does the same from the two files, naming file, line and field of any problem.
+A task becomes two rows with the same id: a planner row (question -> subgoals) and a grounder row
+(question + subgoals -> actions), each one turn pair in the onetime formulation (`task_to_rows`) or
+one turn pair per subgoal in the iterative one (`task_to_iterative_rows`, Lumos's web formulation).
+`tasks_from_rows` reads a pair of either kind back (a planner row of more than two turns is
+iterative), and `load_lumos_tasks` does the same from the two files, naming file, line and field
+of any problem. Iterative grounder rows are read when their later turns carry only the subgoal
+(web, maths); Lumos's QA rows also list earlier results there and are refused.
 """
 
 from __future__ import annotations
@@ -10,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from coalign.errors import DataError, SkippedRows, keep_or_skip
 from coalign.formats import (
+    TOOL_FAMILIES,
     TOOL_PREAMBLES,
     FormatError,
     format_actions,
@@ -24,6 +29,12 @@ from coalign.formats import (
     parse_subgoals,
     planner_prompt,
     split_actions,
+)
+from coalign.formats_iterative import (
+    grounder_messages,
+    parse_grounder_messages,
+    parse_planner_messages,
+    planner_messages,
 )
 from coalign.runs import write_jsonl
 from coalign.tasks import Task
@@ -103,6 +114,18 @@ def task_to_rows(task: Task) -> tuple[LumosRow, LumosRow]:
     return LumosRow(task.id, task.dataset, planner), LumosRow(task.id, task.dataset, grounder)
 
 
+def task_to_iterative_rows(task: Task) -> tuple[LumosRow, LumosRow]:
+    """(planner row, grounder row) of a web task's gold plan in Lumos's iterative formulation; the planner
+    hears `episodes.gold_feedback` after each subgoal (for the shop, the gold actions are run for it)."""
+    from coalign.tasks.episodes import gold_feedback  # the web environments, only for web tasks
+
+    if not task.subgoals:
+        raise ValueError(f"task {task.id!r} has no subgoals; a planner row needs at least one")
+    planner = planner_messages(task.question, task.subgoals, gold_feedback(task))
+    grounder = grounder_messages(task.question, task.subgoals, task.action_groups(), task.tools)
+    return LumosRow(task.id, task.dataset, tuple(planner)), LumosRow(task.id, task.dataset, tuple(grounder))
+
+
 def tasks_from_rows(planner_rows: Sequence[LumosRow], grounder_rows: Sequence[LumosRow]) -> list[Task]:
     """Tasks from planner and grounder rows paired by id, in planner order; the answer is "" (rows hold none).
 
@@ -132,7 +155,7 @@ class _RowProblem(FormatError):
         self.side, self.field = side, field
 
 
-def _parsed(side: str, field: str, parse: Callable[[str], Parsed], text: str) -> Parsed:
+def _parsed(side: str, field: str, parse: Callable[[Any], Parsed], text: Any) -> Parsed:
     """`parse(text)`, its FormatError located at `side`'s `field`."""
     try:
         return parse(text)
@@ -141,6 +164,8 @@ def _parsed(side: str, field: str, parse: Callable[[str], Parsed], text: str) ->
 
 
 def _task(planner: LumosRow, grounder: LumosRow) -> Task:
+    if len(planner.messages) > 2:
+        return _iterative_task(planner, grounder)
     plan_prompt, plan = _turn_pair(planner, "planner")
     ground_prompt, actions = _turn_pair(grounder, "grounder")
     question = _parsed("planner", "messages[0].content", parse_planner_prompt, plan_prompt)
@@ -152,17 +177,39 @@ def _task(planner: LumosRow, grounder: LumosRow) -> Task:
     ):
         problem = "planner and grounder rows disagree on the question or the subgoals"
         raise _RowProblem("grounder", "messages[0].content", problem)
-    families = [domain for domain, preamble in TOOL_PREAMBLES.items() if preamble in ground_prompt]
-    if not families:
+    tools = [name for name, preamble in TOOL_PREAMBLES.items() if preamble in ground_prompt]
+    if not tools:
         raise _RowProblem("grounder", "messages[0].content", "grounder prompt shows no known tool list")
     return Task(
         id=planner.id,
-        family=families[0],
+        family=TOOL_FAMILIES[tools[0]],
         dataset=planner.dataset,
         question=question,
         subgoals=tuple(subgoals),
         actions=tuple(_parsed("grounder", "messages[1].content", split_actions, actions)),
         answer="",
+        meta={"tools": tools[0]} if tools[0] != TOOL_FAMILIES[tools[0]] else {},
+    )
+
+
+def _iterative_task(planner: LumosRow, grounder: LumosRow) -> Task:
+    """A task from an iterative pair: the subgoals the planner wrote, each grounded by one grounder turn."""
+    plan = _parsed("planner", "messages", parse_planner_messages, planner.messages)
+    ground = _parsed("grounder", "messages", parse_grounder_messages, grounder.messages)
+    if (ground.task, ground.subgoals) != (plan.task, plan.subgoals):
+        raise _RowProblem("grounder", "messages", "planner and grounder rows disagree on the question or the subgoals")
+    family = TOOL_FAMILIES[ground.tools]
+    counts = [len(group) for group in ground.actions]
+    meta = {"tools": ground.tools} if ground.tools != family else {}
+    return Task(
+        id=planner.id,
+        family=family,
+        dataset=planner.dataset,
+        question=plan.task,
+        subgoals=plan.subgoals,
+        actions=tuple(action for group in ground.actions for action in group),
+        answer="",
+        meta=meta | ({"subgoal_actions": counts} if set(counts) != {1} else {}),
     )
 
 

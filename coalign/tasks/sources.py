@@ -8,16 +8,19 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from coalign.config import DataSource
-from coalign.errors import DataError, SkippedRows
+from coalign.config import GENERATED_KINDS, DataSource
+from coalign.errors import DataError, RunError, SkippedRows
 from coalign.tasks import Task
 from coalign.tasks.gsm8k import load_gsm8k
 from coalign.tasks.hotpotqa import load_hotpotqa
 from coalign.tasks.lumos import load_lumos_tasks
+from coalign.tasks.mind2web import load_mind2web
 from coalign.tasks.qa_suite import generate_qa_suite
 from coalign.tasks.strategyqa import load_strategyqa
 from coalign.tasks.suite import generate_suite
 from coalign.tasks.svamp import load_svamp
+from coalign.tasks.web_suite import generate_web_suite
+from coalign.tasks.webshop import load_webshop
 
 
 FILE_LOADERS: dict[str, Callable[[Path, SkippedRows | None], list[Task]]] = {
@@ -25,6 +28,13 @@ FILE_LOADERS: dict[str, Callable[[Path, SkippedRows | None], list[Task]]] = {
     "svamp": load_svamp,
     "strategyqa": load_strategyqa,
     "hotpotqa": load_hotpotqa,
+    "mind2web": load_mind2web,
+    "webshop": load_webshop,
+}
+GENERATORS: dict[str, Callable[[str, int, int], list[Task]]] = {
+    "suite": generate_suite,
+    "qa_suite": generate_qa_suite,
+    "web_suite": generate_web_suite,
 }
 
 
@@ -34,10 +44,8 @@ def load_source(source: DataSource, skipped: SkippedRows | None = None) -> list[
     Bad rows raise DataError, or are recorded in `skipped` and left out when it is given. A file
     with no task left always raises: an empty dataset would otherwise fail far later, inside a trainer.
     """
-    if source.kind == "suite":
-        return generate_suite(source.split, source.n, source.seed)
-    if source.kind == "qa_suite":
-        return generate_qa_suite(source.split, source.n, source.seed)
+    if source.kind in GENERATORS:
+        return GENERATORS[source.kind](source.split, source.n, source.seed)
     before = len(skipped.errors) if skipped else 0
     if source.kind in FILE_LOADERS:
         tasks = FILE_LOADERS[source.kind](source.path, skipped)
@@ -56,7 +64,7 @@ def _no_tasks(errors: list[DataError]) -> str:
 
 def source_name(source: DataSource) -> str:
     """A short label for tables: the suite split or the loader's kind."""
-    if source.kind in ("suite", "qa_suite"):
+    if source.kind in GENERATED_KINDS:
         return f"{source.kind.replace('_', '-')}-{source.split}"
     return source.kind
 
@@ -65,13 +73,23 @@ def load_sources(sources: list[DataSource], skipped: SkippedRows | None = None) 
     return [task for source in sources for task in load_source(source, skipped)]
 
 
+RUN_FAMILIES = ("maths", "qa")  # what training, evaluation, MOAT and bench run (web awaits the iterative loop)
+
+
 def load_data(sources: list[DataSource], skip_bad_rows: bool) -> tuple[list[Task], dict]:
-    """Tasks of `sources` and the record a run keeps of them: task count, rows skipped, per reason, first few.
+    """Tasks of `sources` for a run and the record it keeps of them: task count, rows skipped, per reason.
 
     Without `skip_bad_rows` the first bad row raises DataError, so the record then shows none skipped.
+    Tasks of a family runs cannot handle yet (web) raise RunError before any work starts.
     """
     skipped = SkippedRows()
     tasks = load_sources(sources, skipped if skip_bad_rows else None)
+    families = sorted({t.family for t in tasks} - set(RUN_FAMILIES))
+    if families:
+        raise RunError(
+            f"tasks of family {', '.join(families)} cannot be trained or evaluated yet (runs take "
+            f"{', '.join(RUN_FAMILIES)}); web tasks need Lumos's iterative loop, which is not wired in"
+        )
     return tasks, {"tasks": len(tasks), **skipped.summary()}
 
 
