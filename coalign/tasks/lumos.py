@@ -38,6 +38,7 @@ from coalign.formats_iterative import (
 )
 from coalign.runs import write_jsonl
 from coalign.tasks import Task
+from coalign.tasks.episodes import gold_feedback
 from coalign.tasks.jsonl import convert_rows, read_jsonl, require, require_text
 
 ROLES = ("user", "assistant")
@@ -117,8 +118,6 @@ def task_to_rows(task: Task) -> tuple[LumosRow, LumosRow]:
 def task_to_iterative_rows(task: Task) -> tuple[LumosRow, LumosRow]:
     """(planner row, grounder row) of a web task's gold plan in Lumos's iterative formulation; the planner
     hears `episodes.gold_feedback` after each subgoal (for the shop, the gold actions are run for it)."""
-    from coalign.tasks.episodes import gold_feedback  # the web environments, only for web tasks
-
     if not task.subgoals:
         raise ValueError(f"task {task.id!r} has no subgoals; a planner row needs at least one")
     planner = planner_messages(task.question, task.subgoals, gold_feedback(task))

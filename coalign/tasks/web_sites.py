@@ -50,21 +50,18 @@ JOB_FILTERS = ("Full-time", "Part-time", "Remote", "Contract")
 class SiteKind:
     """A kind of website: its made-up names and the links every page of it shows."""
 
-    name: str
     sites: tuple[str, ...]
     nav: tuple[str, ...]
 
 
 KINDS: dict[str, SiteKind] = {
-    "airline": SiteKind(
-        "airline", ("Skyvane", "Bluecrest Air", "Northwind Airways"), ("Deals", "Travel info", "My trips")
-    ),
-    "restaurant": SiteKind("restaurant", ("Tablefold", "Dinewell"), ("Near me", "Gift cards", "For restaurants")),
-    "cars": SiteKind("cars", ("Roadnest", "Wheelhouse Rentals"), ("Locations", "Rental deals", "Manage booking")),
-    "hotel": SiteKind("hotel", ("Staywell", "Harborlight Hotels"), ("Offers", "Rewards", "Groups and meetings")),
-    "store": SiteKind("store", ("Kestrel Goods", "Ashfield Outfitters"), ("New arrivals", "Sale", "Store finder")),
-    "tickets": SiteKind("tickets", ("Ticketvale", "Seatwise"), ("Concerts", "Sports", "Theater")),
-    "jobs": SiteKind("jobs", ("Workbridge", "Hirewell"), ("Salaries", "Companies", "Post a job")),
+    "airline": SiteKind(("Skyvane", "Bluecrest Air", "Northwind Airways"), ("Deals", "Travel info", "My trips")),
+    "restaurant": SiteKind(("Tablefold", "Dinewell"), ("Near me", "Gift cards", "For restaurants")),
+    "cars": SiteKind(("Roadnest", "Wheelhouse Rentals"), ("Locations", "Rental deals", "Manage booking")),
+    "hotel": SiteKind(("Staywell", "Harborlight Hotels"), ("Offers", "Rewards", "Groups and meetings")),
+    "store": SiteKind(("Kestrel Goods", "Ashfield Outfitters"), ("New arrivals", "Sale", "Store finder")),
+    "tickets": SiteKind(("Ticketvale", "Seatwise"), ("Concerts", "Sports", "Theater")),
+    "jobs": SiteKind(("Workbridge", "Hirewell"), ("Salaries", "Companies", "Post a job")),
 }
 FOOTER = ("About us", "Help center", "Privacy policy", "Terms of use")
 

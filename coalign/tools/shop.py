@@ -66,12 +66,6 @@ class Product:
         row = {k: getattr(self, k) for k in ("asin", "name", "query", "product_category", "price", "text")}
         return {**row, "attributes": list(self.attributes), "options": {k: list(v) for k, v in self.options}}
 
-    @classmethod
-    def from_json(cls, row: Mapping) -> Product:
-        options = tuple((k, tuple(v)) for k, v in row["options"].items())
-        fields = ("asin", "name", "query", "product_category")
-        return cls(*(row[k] for k in fields), tuple(row["attributes"]), options, row["price"], row.get("text", ""))
-
 
 @dataclass(frozen=True)
 class Goal:
@@ -235,7 +229,8 @@ class ShopEpisode:
                 raise FormatError(f"a shop action names one output, got {', '.join(action.outputs)}")
             if action.tool not in TOOLS:
                 raise FormatError(f"unknown shop action {action.tool!r}; available: {', '.join(TOOLS)}")
-            value = getattr(self, f"_{action.tool.lower()}")(action.argument.strip())
+            tool = {"Search": self._search, "Click": self._click, "FeatureRetrieve": self._features, "Pick": self._pick}
+            value = tool[action.tool](action.argument.strip())
         except (FormatError, ShopError) as exc:
             return ActionRecord(text, None, str(exc))
         self.values[action.outputs[0]] = value
@@ -260,7 +255,7 @@ class ShopEpisode:
             return ShopValue("Done.")
         return ShopValue(", ".join(self.session.clickables()), product=self.session.product)
 
-    def _featureretrieve(self, argument: str) -> ShopValue:
+    def _features(self, argument: str) -> ShopValue:
         match = _FEATURES.fullmatch(argument)
         if not match:
             raise FormatError("FeatureRetrieve takes (R#, Query: ...)")

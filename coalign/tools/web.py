@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from coalign.formats import FormatError, parse_action, split_actions
 from coalign.web_metrics import step_correct, task_step_success
@@ -175,9 +175,6 @@ class Turn:
     def result(self) -> str:
         values = [r.value for r in self.records if r.value is not None]
         return values[-1] if values else ""
-
-    def to_json(self) -> dict:
-        return {"records": [asdict(r) for r in self.records], "done": self.done}
 
 
 class SiteEpisode:
