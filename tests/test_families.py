@@ -1,0 +1,96 @@
+"""Task families side by side: each task's prompts, blanks and answer rule are its family's; PPL is averaged
+only within a family."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from coalign import evaluate
+from coalign.config import EvalSettings
+from coalign.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
+from coalign.formats import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
+from coalign.tasks import qa_suite, suite
+from coalign.tasks.qa_suite import generate_qa_suite
+from coalign.tasks.suite import generate_suite
+
+MATHS = generate_suite("heldin", 4)
+QA_IN = generate_qa_suite("heldin", 4)
+QA_OUT = generate_qa_suite("heldout", 4)
+
+
+@dataclass
+class _Score:
+    ppl: float
+
+
+def _fake_agents(monkeypatch, answers: dict[str, str]) -> list[str]:
+    """Generation answers a grounder prompt from `answers` (task text -> actions) and a planner prompt with the
+    gold plan's first subgoal; returns the grounder prompts seen. PPL is the prompt's length."""
+    seen: list[str] = []
+
+    def generate(agent, users, max_new_tokens, batch_size=32, **kwargs):
+        out = []
+        for user in users:
+            if "Subgoals to be grounded" in user:
+                seen.append(user)
+                out.append([answers.get(parse_grounder_prompt(user)[0], "")])
+            else:
+                out.append(["Subgoal 1: Look it up"])
+        return out
+
+    def score(agent, users, completions, batch_size, desc=""):
+        return [_Score(float(len(u))) for u in users]
+
+    monkeypatch.setattr("coalign.agents.generate", generate)
+    monkeypatch.setattr(evaluate, "score_completions", score)
+    return seen
+
+
+def test_every_grounder_prompt_and_blank_is_the_tasks_familys(monkeypatch):
+    tasks = MATHS + QA_IN
+    seen = _fake_agents(monkeypatch, {})
+    evaluate_tasks(None, None, tasks, EvalSettings(max_new_tokens_plan=8, max_new_tokens_ground=8), "mixed")
+    assert len(seen) == 3 * len(tasks)  # planner subgoals, gold subgoals, blanked subgoals
+    for task in tasks:
+        prompts = [p for p in seen if parse_grounder_prompt(p)[0] == task.question]
+        assert len(prompts) == 3 and all(TOOL_PREAMBLES[task.family] in p for p in prompts)
+    qa_blank = blank_plan(QA_IN[0])
+    assert qa_blank == format_subgoals([qa_suite.BLANK_SUBGOAL] * len(QA_IN[0].subgoals))
+    assert qa_suite.BLANK_SUBGOAL in qa_suite.VAGUE_SUBGOALS and suite.BLANK_SUBGOAL not in qa_blank
+    assert blank_plan(MATHS[0]) == format_subgoals([suite.BLANK_SUBGOAL] * len(MATHS[0].subgoals))
+    with pytest.raises(KeyError, match="no blank subgoal for family 'web'"):
+        blank_plan(type(MATHS[0])("w", "web", "webshop", "q", ("s",), (), "a"))
+
+
+def test_qa_sets_are_scored_by_their_rule_and_have_no_string_match(monkeypatch):
+    right = {t.question: format_actions(list(t.actions)) for t in QA_IN[:3] + QA_OUT[:1] + MATHS[:2]}
+    _fake_agents(monkeypatch, right)
+    settings = EvalSettings(max_new_tokens_plan=8, max_new_tokens_ground=8)
+    held_in, rows = evaluate_tasks(None, None, QA_IN, settings, "qa-in")
+    held_out, _ = evaluate_tasks(None, None, QA_OUT, settings, "qa-out")
+    maths, _ = evaluate_tasks(None, None, MATHS, settings, "maths")
+    assert (held_in["accuracy"], held_out["accuracy"], maths["accuracy"]) == (0.75, 0.25, 0.5)
+    assert held_in["grounder_acc_gold_subgoals"] == 0.75  # the fake grounder ignores subgoals
+    assert "lumos_exact" not in held_in and "lumos_exact" not in held_out and maths["lumos_exact"] == 0.5
+    assert [r["correct"] for r in rows] == [True, True, True, False] and {r["lumos_exact"] for r in rows} == {None}
+    assert {r["pred"] for r in rows[:3]} == {t.answer for t in QA_IN[:3]}
+
+
+def test_ppl_is_averaged_within_a_family_only():
+    per_set = {
+        "suite-heldin": {"accuracy": 0.5, "lumos_exact": 0.5, "grounding_ppl": 2.0},
+        "qa-suite-heldin": {"accuracy": 0.25, "grounding_ppl": 10.0},
+    }
+    families = {"suite-heldin": "maths", "qa-suite-heldin": "qa"}
+    assert split_summary(per_set, families) == {"accuracy": 0.375}  # exact only where every set has it
+    assert family_summaries(per_set, families) == {
+        "maths": {"accuracy": 0.5, "lumos_exact": 0.5, "grounding_ppl": 2.0},
+        "qa": {"accuracy": 0.25, "grounding_ppl": 10.0},
+    }
+    one = {"a": per_set["suite-heldin"], "b": {**per_set["suite-heldin"], "grounding_ppl": 4.0}}
+    assert (
+        split_summary(one, {"a": "maths", "b": "maths"})["grounding_ppl"] == 3.0 == split_summary(one)["grounding_ppl"]
+    )
+    assert set_family(MATHS) == "maths" and set_family(QA_IN + MATHS) == "maths+qa"
