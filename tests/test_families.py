@@ -1,5 +1,5 @@
 """Task families side by side: each task's prompts, blanks and answer rule are its family's; PPL is averaged
-only within a family."""
+only within a family; MOAT's rounds and plan-following copies respect families."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from dataclasses import dataclass
 import pytest
 
 from coalign import evaluate
-from coalign.config import EvalSettings
+from coalign.config import EvalSettings, load_config
 from coalign.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.formats import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
+from coalign.recipes.lumos import round_tasks
 from coalign.tasks import qa_suite, suite
+from coalign.tasks.plan_following import plan_following, readable_from_subgoals
 from coalign.tasks.qa_suite import generate_qa_suite
 from coalign.tasks.suite import generate_suite
 
@@ -94,3 +96,27 @@ def test_ppl_is_averaged_within_a_family_only():
         split_summary(one, {"a": "maths", "b": "maths"})["grounding_ppl"] == 3.0 == split_summary(one)["grounding_ppl"]
     )
     assert set_family(MATHS) == "maths" and set_family(QA_IN + MATHS) == "maths+qa"
+
+
+def test_a_round_takes_each_familys_share_of_its_tasks():
+    train = generate_suite("train", 30) + generate_qa_suite("train", 15)
+    config = load_config("tiny", {"moat": {"tasks": 10}})
+    tasks = round_tasks(config, train)
+    assert [t.family for t in tasks] == ["maths"] * 7 + ["qa"] * 3  # 6.67 and 3.33: the remainder to maths
+    assert tasks == train[:7] + train[30:33]
+    assert round_tasks(config, train[:30]) == train[:10]  # one family: the first n, as before
+    assert round_tasks(load_config("tiny", {"moat": {"tasks": None}}), train) == train
+
+
+def test_qa_plans_follow_when_the_subgoals_name_every_entity_looked_up():
+    tasks = generate_qa_suite("train", 200)
+    for task in tasks:
+        assert readable_from_subgoals(task) == (task.subgoal_styles[0] != "vague"), task.subgoals
+    mixed = generate_suite("train", 100) + tasks
+    family = {t.question: t.family for t in mixed}
+    copies = plan_following(mixed, 1.0, seed=1)
+    assert {c.family for c in copies} == {"maths", "qa"}
+    assert all(family[c.question] == c.family for c in copies)  # text borrowed within the family
+    assert plan_following(generate_suite("train", 100) + tasks[:1], 1.0, seed=1) == plan_following(
+        generate_suite("train", 100), 1.0, seed=1
+    )  # a family with one task text lends none and takes none

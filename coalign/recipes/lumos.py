@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -192,8 +193,25 @@ def cold_start(run: Run, config: RunConfig, train: list[Task], console: Console)
 
 
 def round_tasks(config: RunConfig, train: list[Task]) -> list[Task]:
-    """The training tasks a round works on: the first `moat.tasks` (all when unset)."""
-    return train[: config.moat.tasks] if config.moat.tasks else train
+    """The training tasks a round works on: the first `moat.tasks` (all when unset), in train order.
+
+    With several task families, each family's first tasks in proportion to its share of train (the
+    remainder to the families first seen), so a mixed run's rounds are not all of the family listed first.
+    """
+    n = config.moat.tasks
+    if not n or n >= len(train):
+        return train
+    counts = Counter(t.family for t in train)  # in order of first appearance
+    quota = {family: n * c // len(train) for family, c in counts.items()}
+    for family in list(counts)[: n - sum(quota.values())]:
+        quota[family] += 1
+    taken: Counter[str] = Counter()
+    out = []
+    for task in train:
+        if taken[task.family] < quota[task.family]:
+            taken[task.family] += 1
+            out.append(task)
+    return out
 
 
 def matched_rounds(
