@@ -12,10 +12,12 @@ from coalign.config import EvalSettings, load_config
 from coalign.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.formats import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
 from coalign.recipes.lumos import round_tasks
+from coalign.stages.critic import CriticInput, ExecutionCritic
 from coalign.tasks import qa_suite, suite
 from coalign.tasks.plan_following import plan_following, readable_from_subgoals
 from coalign.tasks.qa_suite import generate_qa_suite
 from coalign.tasks.suite import generate_suite
+from coalign.tools.executor import execute
 
 MATHS = generate_suite("heldin", 4)
 QA_IN = generate_qa_suite("heldin", 4)
@@ -120,3 +122,19 @@ def test_qa_plans_follow_when_the_subgoals_name_every_entity_looked_up():
     assert plan_following(generate_suite("train", 100) + tasks[:1], 1.0, seed=1) == plan_following(
         generate_suite("train", 100), 1.0, seed=1
     )  # a family with one task text lends none and takes none
+
+
+def test_execution_critic_corrects_a_qa_grounding_with_the_whole_gold_plan():
+    task = generate_qa_suite("train", 1)[0]
+    assert len(task.actions) > len(task.subgoals)  # several actions per subgoal
+    candidate = ("Find the needed fact", "Work out the answer")
+    right = format_actions(list(task.actions))
+    last = task.actions[-1]
+    wrong = format_actions([*task.actions[:-1], last.replace(">", "<") if ">" in last else last.replace("<", ">")])
+    broken = "R1 = Code(return 1)"  # refused: model text is never run
+    kept, corrected, failed = ExecutionCritic().judge([CriticInput(task, candidate, a) for a in (right, wrong, broken)])
+    assert kept.success and kept.actions == right
+    for verdict in (corrected, failed):
+        assert not verdict.success and verdict.actions == right  # gold numbering is already R1, R2, ...
+        assert execute(verdict.actions, "qa").answer == task.answer
+    assert corrected.note == "wrong answer" and failed.note.startswith("execution failed")
