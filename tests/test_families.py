@@ -8,10 +8,12 @@ from dataclasses import dataclass
 import pytest
 
 from coalign import evaluate
+from coalign.bench_report import accuracy_table, per_round_table, ppl_table
 from coalign.config import EvalSettings, load_config
 from coalign.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.formats import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
 from coalign.recipes.lumos import round_tasks
+from coalign.report import eval_rows
 from coalign.stages.critic import CriticInput, ExecutionCritic
 from coalign.tasks import qa_suite, suite
 from coalign.tasks.plan_following import plan_following, readable_from_subgoals
@@ -138,3 +140,53 @@ def test_execution_critic_corrects_a_qa_grounding_with_the_whole_gold_plan():
         assert not verdict.success and verdict.actions == right  # gold numbering is already R1, R2, ...
         assert execute(verdict.actions, "qa").answer == task.answer
     assert corrected.note == "wrong answer" and failed.note.startswith("execution failed")
+
+
+def _mixed_block(maths_acc: float, qa_acc: float, maths_ppl: float, qa_ppl: float) -> dict:
+    sets = {
+        "suite-heldin": {"n": 2, "accuracy": maths_acc, "lumos_exact": maths_acc, "grounding_ppl": maths_ppl},
+        "qa-suite-heldin": {"n": 2, "accuracy": qa_acc, "grounding_ppl": qa_ppl},
+    }
+    families = {"suite-heldin": "maths", "qa-suite-heldin": "qa"}
+    return {
+        "sets": sets,
+        "average": split_summary(sets, families),
+        "families": families,
+        "family_average": family_summaries(sets, families),
+    }
+
+
+def test_eval_table_gives_each_set_and_family_and_no_cross_family_ppl():
+    results = {"heldin": _mixed_block(0.5, 0.25, 2.0, 10.0), "heldout": {"sets": {}, "average": {}}}
+    rows = {row[1]: row for row in eval_rows(results)}
+    assert list(rows) == ["suite-heldin", "qa-suite-heldin", "average", "average (maths)", "average (qa)"]
+    acc, exact, ppl = 3, 4, -1  # columns after split, set, n
+    assert (rows["average"][acc], rows["average"][exact], rows["average"][ppl]) == ("37.5", "-", "-")
+    assert (rows["qa-suite-heldin"][exact], rows["average (qa)"][ppl], rows["average (maths)"][ppl]) == (
+        "-",
+        "10.000",
+        "2.000",
+    )
+    maths_only = {"heldin": {"sets": {"suite-heldin": {"n": 2, "accuracy": 0.5}}, "average": {"accuracy": 0.5}}}
+    assert [row[1] for row in eval_rows({**maths_only, "heldout": {}})] == ["suite-heldin", "average"]
+
+
+def test_bench_tables_put_every_set_in_a_column_and_ppl_per_family():
+    rounds = {"round0": {"heldin": _mixed_block(0.5, 0.25, 2.0, 10.0), "heldout": {"sets": {}, "average": {}}}}
+    rounds["round1"] = {"heldin": _mixed_block(0.6, 0.35, 1.5, 8.0), "heldout": {"sets": {}, "average": {}}}
+    results = {
+        "config": {"moat": {"rounds": 1}},
+        "recipes": ["moat"],
+        "runs": {"moat": {"0": {"rounds": rounds, "stages": {}}}},
+    }
+    accuracy = accuracy_table(results, ["moat"], with_cold=True).splitlines()
+    assert accuracy[0] == "| method | suite-heldin (heldin) | qa-suite-heldin (heldin) | heldin avg | heldout avg |"
+    assert accuracy[2:] == ["| Lumos (cold start) | 50.0 | 25.0 | 37.5 | - |", "| MOAT | 60.0 | 35.0 | 47.5 | - |"]
+    ppl = ppl_table(results, ["moat"]).splitlines()
+    assert ppl[0] == (
+        "| method | suite-heldin (heldin) | qa-suite-heldin (heldin) | heldin maths avg | heldin qa avg | heldout avg |"
+    )
+    assert ppl[3] == "| MOAT, round 1 | 1.500 | 8.000 | 1.500 | 8.000 | - |"
+    per_round = per_round_table(results, ["moat"]).splitlines()
+    assert "held-in maths PPL | held-in qa PPL" in per_round[0]
+    assert per_round[3] == "| MOAT | 1 | 47.5 | - | - | 1.500 | 8.000 | - | - | - | - |"
