@@ -209,8 +209,20 @@ def subgoals_matter_table(results: dict, recipes: list[str]) -> str:
     return _table(["method", "held-in gold sg", "held-in blank sg", "held-out gold sg", "held-out blank sg"], rows)
 
 
+def _premise_cells(premise: list[dict]) -> list[str]:
+    """AUC, point-biserial r and success rate over the seeds' premise records."""
+    return [
+        fmt([p["nll_success_auc"] for p in premise if p.get("nll_success_auc") is not None], False),
+        fmt(
+            [p["nll_success_point_biserial"] for p in premise if p.get("nll_success_point_biserial") is not None], False
+        ),
+        fmt([p["grounding_success_rate"] for p in premise]),
+    ]
+
+
 def premise_table(results: dict, recipes: list[str]) -> str:
-    """Per round: does a candidate's grounder NLL predict its grounding's success? And what stage 1 kept."""
+    """Per round: does a candidate's grounder NLL predict its grounding's success? And what stage 1 kept.
+    A run of several task families adds a row per family under the pooled one (NLLs compare within one)."""
     rows = []
     for recipe in recipes:
         for round_ in rounds_of(results)[1:]:
@@ -220,24 +232,14 @@ def premise_table(results: dict, recipes: list[str]) -> str:
             dpo = [s["dpo"] for s in stages if s.get("dpo", {}).get("reward_accuracies")]
             if not (premise or pairs):
                 continue
+            number = round_.replace("round", "")
             rows.append(
-                [
-                    name(recipe),
-                    round_.replace("round", ""),
-                    fmt([p["nll_success_auc"] for p in premise if p.get("nll_success_auc") is not None], False),
-                    fmt(
-                        [
-                            p["nll_success_point_biserial"]
-                            for p in premise
-                            if p.get("nll_success_point_biserial") is not None
-                        ],
-                        False,
-                    ),  # noqa: E501
-                    fmt([p["grounding_success_rate"] for p in premise]),
-                    fmt([p["kept_fraction"] for p in pairs]),
-                    fmt([d["reward_accuracies"][-1] for d in dpo]),
-                ]
+                [name(recipe), number, *_premise_cells(premise)]
+                + [fmt([p["kept_fraction"] for p in pairs]), fmt([d["reward_accuracies"][-1] for d in dpo])]
             )
+            for family in sorted({f for p in premise for f in p.get("by_family", {})}):
+                of_family = [p["by_family"][family] for p in premise if family in p.get("by_family", {})]
+                rows.append([f"{name(recipe)}, {family} only", number, *_premise_cells(of_family), "", ""])
     headers = ["method", "round", "AUC (low NLL → success)", "point-biserial r", "candidates grounded right (%)"]
     return _table(headers + ["pairs kept (%)", "DPO reward acc, last log (%)"], rows)
 

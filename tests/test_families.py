@@ -8,11 +8,12 @@ from dataclasses import dataclass
 import pytest
 
 from coalign import evaluate
-from coalign.bench_report import accuracy_table, per_round_table, ppl_table
+from coalign.bench_report import accuracy_table, per_round_table, ppl_table, premise_table
 from coalign.config import EvalSettings, load_config
 from coalign.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.formats import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
 from coalign.recipes.lumos import round_tasks
+from coalign.recipes.moat import round_premise
 from coalign.report import eval_rows
 from coalign.stages.critic import CriticInput, ExecutionCritic
 from coalign.tasks import qa_suite, suite
@@ -190,3 +191,24 @@ def test_bench_tables_put_every_set_in_a_column_and_ppl_per_family():
     per_round = per_round_table(results, ["moat"]).splitlines()
     assert "held-in maths PPL | held-in qa PPL" in per_round[0]
     assert per_round[3] == "| MOAT | 1 | 47.5 | - | - | 1.500 | 8.000 | - | - | - | - |"
+
+
+def test_the_premise_is_also_measured_within_each_family():
+    maths, qa = generate_suite("train", 2), generate_qa_suite("train", 2)
+    gold = [format_actions(list(t.actions)) for t in maths + qa]
+    # maths: the gold grounding has the lower NLL; QA: the higher, on a different scale
+    scores = [[{"mean": 0.1}, {"mean": 0.9}]] * 2 + [[{"mean": 5.0}, {"mean": 3.0}]] * 2
+    groundings = [[g, "R1 = Code(x)"] for g in gold]
+    premise = round_premise(maths + qa, scores, groundings, "mean")
+    assert premise["by_family"]["maths"]["nll_success_auc"] == 1.0
+    assert premise["by_family"]["qa"]["nll_success_auc"] == 0.0
+    assert premise["nll_success_auc"] == 0.5 and premise["candidates"] == 8  # pooled, the two hide each other
+    assert "by_family" not in round_premise(maths, scores[:2], groundings[:2], "mean")
+    stages = {"round1": {"premise": premise}}
+    results = {"config": {"moat": {"rounds": 1}}, "runs": {"moat": {"0": {"stages": stages}}}}
+    rows = premise_table(results, ["moat"]).splitlines()[2:]
+    assert rows == [
+        "| MOAT | 1 | 0.500 | 0.157 | 50.0 | - | - |",
+        "| MOAT, maths only | 1 | 1.000 | -1.000 | 50.0 |  |  |",
+        "| MOAT, qa only | 1 | 0.000 | 1.000 | 50.0 |  |  |",
+    ]

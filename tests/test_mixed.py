@@ -85,6 +85,7 @@ def test_a_moat_round_scores_pairs_and_judges_qa_tasks(mixed_run):
         assert verdict["actions"] == (verdict["generated"] if verdict["success"] else gold[verdict["id"]])
     premise = json.loads((run_dir / "round1" / "premise.json").read_text())
     assert premise["candidates"] == 18
+    assert {f: p["candidates"] for f, p in premise["by_family"].items()} == {"maths": 12, "qa": 6}
 
 
 def test_bundled_mixed_config_generates_and_trains_on_the_longest_gold_text():
