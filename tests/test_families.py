@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from coalign import evaluate
-from coalign.bench_report import accuracy_table, per_round_table, ppl_table, premise_table
+from coalign.bench_report import accuracy_table, per_round_table, ppl_table, premise_table, write_report
 from coalign.config import EvalSettings, load_config
 from coalign.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.formats import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
@@ -212,3 +212,22 @@ def test_the_premise_is_also_measured_within_each_family():
         "| MOAT, maths only | 1 | 1.000 | -1.000 | 50.0 |  |  |",
         "| MOAT, qa only | 1 | 0.000 | 1.000 | 50.0 |  |  |",
     ]
+
+
+def test_a_mixed_bench_report_and_plot_are_written(tmp_path):
+    rounds = {
+        r: {"heldin": _mixed_block(0.5, 0.25, 2.0, 10.0), "heldout": {"sets": {}, "average": {}}}
+        for r in ("round0", "round1")
+    }
+    moat = {"rounds": 1, "tasks": 6, "k": 3, "critic": "execution"}
+    results = {
+        "config": {"name": "mixed", "moat": moat},
+        "recipes": ["lumos", "moat"],
+        "seeds": [0],
+        "k": {"lumos": 3, "moat": 3},
+        "wall_seconds": 1.0,
+        "runs": {r: {"0": {"rounds": rounds, "stages": {}}} for r in ("lumos", "moat")},
+    }
+    write_report(results, tmp_path)
+    assert "heldin maths avg | heldin qa avg" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "rounds.png").read_bytes()[:4] == b"\x89PNG"
