@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from coalign.formats import format_actions, format_subgoals, grounder_prompt, planner_prompt
 from coalign.models import load_model, load_tokenizer, render_prompt
+from coalign.tasks import Task
 
 
 @dataclass
@@ -87,15 +88,14 @@ def plan(planner: Agent, questions: Sequence[str], max_new_tokens: int, batch_si
 
 def ground(
     grounder: Agent,
-    questions: Sequence[str],
+    tasks: Sequence[Task],
     subgoal_texts: Sequence[str],
     max_new_tokens: int,
     batch_size: int,
-    domain: str = "maths",
     desc: str = "grounder",
 ) -> list[str]:
-    """Greedy action sequence for each (task, subgoals) pair."""
-    users = [grounder_prompt(q, s, domain) for q, s in zip(questions, subgoal_texts, strict=True)]
+    """Greedy action sequence for each (task, subgoals) pair, prompted with the task family's tool list."""
+    users = [grounder_prompt(t.question, s, t.family) for t, s in zip(tasks, subgoal_texts, strict=True)]
     return [o[0] for o in generate(grounder, users, max_new_tokens, batch_size, desc=desc)]
 
 

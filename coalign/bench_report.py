@@ -1,7 +1,9 @@
 """The bench's report: mean ± std over seeds, as markdown tables and PNG plots, from results.json alone.
 
 Pure functions from the results dict to tables; matplotlib only at the edge (`write_report`).
-Accuracies are percentages, perplexities raw.
+Accuracies are percentages, perplexities raw. Accuracy columns follow the paper's Table 2: each
+evaluation set, then the split's mean over its sets whatever their task family; perplexities are
+averaged only within a family, since a PPL is only comparable on the same kind of action text.
 """
 
 from __future__ import annotations
@@ -43,22 +45,44 @@ def rounds_of(results: dict) -> list[str]:
     return [f"round{r}" for r in range(results["config"]["moat"]["rounds"] + 1)]
 
 
-def values(results: dict, recipe: str, round_: str, split: str, metric: str, dataset: str | None = None) -> list:
-    """One metric over the seeds: a split's average, or one evaluation set's value."""
+def values(
+    results: dict,
+    recipe: str,
+    round_: str,
+    split: str,
+    metric: str,
+    dataset: str | None = None,
+    family: str | None = None,
+) -> list:
+    """One metric over the seeds: one evaluation set's value, one family's average, or the split's average."""
     out = []
     for run in results["runs"].get(recipe, {}).values():
         block = run["rounds"].get(round_, {}).get(split, {})
-        m = block.get("sets", {}).get(dataset, {}) if dataset else block.get("average", {})
+        if dataset:
+            m = block.get("sets", {}).get(dataset, {})
+        elif family:
+            m = block.get("family_average", {}).get(family, {})
+        else:
+            m = block.get("average", {})
         if metric in m:
             out.append(m[metric])
     return out
 
 
-def datasets(results: dict, split: str) -> list[str]:
+def _round0_block(results: dict, split: str) -> dict:
     for recipe in results["runs"].values():
         for run in recipe.values():
-            return list(run["rounds"]["round0"][split]["sets"])
-    return []
+            return run["rounds"]["round0"][split]
+    return {}
+
+
+def datasets(results: dict, split: str) -> list[str]:
+    return list(_round0_block(results, split).get("sets", {}))
+
+
+def families(results: dict, split: str) -> list[str]:
+    """The task families of a split's sets; none in results written before families were recorded."""
+    return list(_round0_block(results, split).get("family_average", {}))
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -92,21 +116,36 @@ def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: s
     return _table(["method"] + _headers(cols), rows)
 
 
+def _ppl_columns(results: dict) -> list[tuple[str, str | None, str | None]]:
+    """(split, dataset, family): each evaluation set, then each family's average (the split's average in
+    results without families)."""
+    cols: list[tuple[str, str | None, str | None]] = []
+    for split in ("heldin", "heldout"):
+        cols += [(split, d, None) for d in datasets(results, split)]
+        cols += [(split, None, f) for f in families(results, split)] or [(split, None, None)]
+    return cols
+
+
 def ppl_table(results: dict, recipes: list[str]) -> str:
-    """Grounding PPL of the gold actions given the planner's subgoals, before and after the rounds (Table 4)."""
-    final, cols = rounds_of(results)[-1], _columns(results)
+    """Grounding PPL of the gold actions given the planner's subgoals, before and after the rounds (Table 4),
+    per evaluation set and per task family."""
+    final, cols = rounds_of(results)[-1], _ppl_columns(results)
     rows = []
     for recipe in recipes:
         if recipe in results["runs"]:
             for label, round_ in (("round 0", "round0"), (final.replace("round", "round "), final)):
                 row = [f"{name(recipe)}, {label}"]
-                row += [fmt(values(results, recipe, round_, s, "grounding_ppl", d), percent=False) for s, d in cols]
+                row += [
+                    fmt(values(results, recipe, round_, s, "grounding_ppl", d, f), percent=False) for s, d, f in cols
+                ]
                 rows.append(row)
-    return _table(["method"] + _headers(cols), rows)
+    headers = [f"{d} ({s})" if d else f"{s} {f} avg" if f else f"{s} avg" for s, d, f in cols]
+    return _table(["method"] + headers, rows)
 
 
 def per_round_table(results: dict, recipes: list[str]) -> str:
-    """Accuracy, grounding PPL and capability gap after every round (Figure 4 in numbers)."""
+    """Accuracy, grounding PPL (per task family) and capability gap after every round (Figure 4 in numbers)."""
+    fams = {split: families(results, split) or [None] for split in ("heldin", "heldout")}
     rows = []
     for recipe in recipes:
         if recipe not in results["runs"]:
@@ -118,12 +157,16 @@ def per_round_table(results: dict, recipes: list[str]) -> str:
                     fmt(values(results, recipe, round_, split, "accuracy")),
                     fmt(values(results, recipe, round_, split, "grounder_acc_gold_subgoals")),
                     fmt(values(results, recipe, round_, split, "capability_gap")),
-                    fmt(values(results, recipe, round_, split, "grounding_ppl"), percent=False),
+                ]
+                row += [
+                    fmt(values(results, recipe, round_, split, "grounding_ppl", family=f), percent=False)
+                    for f in fams[split]
                 ]
             rows.append(row)
     headers = ["method", "round"]
-    for split in ("held-in", "held-out"):
-        headers += [f"{split} acc", f"{split} gold-sg acc", f"{split} gap", f"{split} PPL"]
+    for split, label in (("heldin", "held-in"), ("heldout", "held-out")):
+        headers += [f"{label} acc", f"{label} gold-sg acc", f"{label} gap"]
+        headers += [f"{label} {f} PPL" if f else f"{label} PPL" for f in fams[split]]
     return _table(headers, rows)
 
 
@@ -166,8 +209,20 @@ def subgoals_matter_table(results: dict, recipes: list[str]) -> str:
     return _table(["method", "held-in gold sg", "held-in blank sg", "held-out gold sg", "held-out blank sg"], rows)
 
 
+def _premise_cells(premise: list[dict]) -> list[str]:
+    """AUC, point-biserial r and success rate over the seeds' premise records."""
+    return [
+        fmt([p["nll_success_auc"] for p in premise if p.get("nll_success_auc") is not None], False),
+        fmt(
+            [p["nll_success_point_biserial"] for p in premise if p.get("nll_success_point_biserial") is not None], False
+        ),
+        fmt([p["grounding_success_rate"] for p in premise]),
+    ]
+
+
 def premise_table(results: dict, recipes: list[str]) -> str:
-    """Per round: does a candidate's grounder NLL predict its grounding's success? And what stage 1 kept."""
+    """Per round: does a candidate's grounder NLL predict its grounding's success? And what stage 1 kept.
+    A run of several task families adds a row per family under the pooled one (NLLs compare within one)."""
     rows = []
     for recipe in recipes:
         for round_ in rounds_of(results)[1:]:
@@ -177,24 +232,14 @@ def premise_table(results: dict, recipes: list[str]) -> str:
             dpo = [s["dpo"] for s in stages if s.get("dpo", {}).get("reward_accuracies")]
             if not (premise or pairs):
                 continue
+            number = round_.replace("round", "")
             rows.append(
-                [
-                    name(recipe),
-                    round_.replace("round", ""),
-                    fmt([p["nll_success_auc"] for p in premise if p.get("nll_success_auc") is not None], False),
-                    fmt(
-                        [
-                            p["nll_success_point_biserial"]
-                            for p in premise
-                            if p.get("nll_success_point_biserial") is not None
-                        ],
-                        False,
-                    ),  # noqa: E501
-                    fmt([p["grounding_success_rate"] for p in premise]),
-                    fmt([p["kept_fraction"] for p in pairs]),
-                    fmt([d["reward_accuracies"][-1] for d in dpo]),
-                ]
+                [name(recipe), number, *_premise_cells(premise)]
+                + [fmt([p["kept_fraction"] for p in pairs]), fmt([d["reward_accuracies"][-1] for d in dpo])]
             )
+            for family in sorted({f for p in premise for f in p.get("by_family", {})}):
+                of_family = [p["by_family"][family] for p in premise if family in p.get("by_family", {})]
+                rows.append([f"{name(recipe)}, {family} only", number, *_premise_cells(of_family), "", ""])
     headers = ["method", "round", "AUC (low NLL → success)", "point-biserial r", "candidates grounded right (%)"]
     return _table(headers + ["pairs kept (%)", "DPO reward acc, last log (%)"], rows)
 
@@ -215,6 +260,8 @@ def report_markdown(results: dict) -> str:
         f"critic `{cfg['moat']['critic']}`. Wall time of this invocation: {results['wall_seconds']:.0f} s.",
         "",
         "## Main result (Table 2 analogue): end-to-end accuracy (%) after the last round",
+        "",
+        "Each evaluation set scored by its benchmark's rule; a split's avg is the mean over its sets.",
         "",
         accuracy_table(results, main, with_cold=True),
         "",
@@ -265,16 +312,21 @@ def _plot_rounds(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     panels = [("heldin", "accuracy", "held-in accuracy (%)"), ("heldout", "accuracy", "held-out accuracy (%)")]
     panels.append(("heldin", "grounding_ppl", "held-in grounding PPL"))
+    fams = families(results, "heldin")
     for ax, (split, metric, title) in zip(axes, panels):
         scale = 100 if metric == "accuracy" else 1
-        for recipe in recipes:
+        lines = [(recipe, None) for recipe in recipes]
+        if metric == "grounding_ppl" and fams:  # one line per family: PPLs of families do not average
+            lines = [(recipe, f) for recipe in recipes for f in fams]
+        for recipe, family in lines:
             stats = [
-                mean_std([scale * v for v in values(results, recipe, r, split, metric)] or [float("nan")])
+                mean_std(
+                    [scale * v for v in values(results, recipe, r, split, metric, family=family)] or [float("nan")]
+                )
                 for r in rounds
             ]
-            ax.errorbar(
-                range(len(rounds)), [m for m, _ in stats], yerr=[s for _, s in stats], label=name(recipe), capsize=3
-            )
+            label = f"{name(recipe)} ({family})" if family and len(fams) > 1 else name(recipe)
+            ax.errorbar(range(len(rounds)), [m for m, _ in stats], yerr=[s for _, s in stats], label=label, capsize=3)
         ax.set_title(title)
         ax.set_xlabel("round")
         ax.set_xticks(range(len(rounds)))

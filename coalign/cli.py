@@ -223,19 +223,37 @@ def exec_(domain: Annotated[str, typer.Option(help="tool domain")] = "maths") ->
     print(json.dumps(execute(sys.stdin.read(), domain).to_json(), indent=2))
 
 
+FamilyOpt = Annotated[
+    str, typer.Option("--family", help="bundled suite: maths (GSM8K/SVAMP-like) or qa (StrategyQA/HotpotQA-like)")
+]
+
+
+def _suite(family: str):
+    """The bundled generator of a task family."""
+    from coalign.tasks.qa_suite import generate_qa_suite
+    from coalign.tasks.suite import generate_suite
+
+    generators = {"maths": generate_suite, "qa": generate_qa_suite}
+    if family not in generators:
+        raise typer.BadParameter(f"--family must be one of {sorted(generators)}, got {family!r}")
+    return generators[family]
+
+
 @data_app.command("suite")
 def data_suite(
     out: Annotated[Path, typer.Option(help="output folder")],
     n: Annotated[int, typer.Option(help="tasks per split")] = 1000,
     seed: int = 0,
+    family: FamilyOpt = "maths",
 ) -> None:
-    """Write the bundled suite's splits as tasks JSONL and Lumos planner/grounder rows."""
+    """Write a bundled suite's splits as tasks JSONL and Lumos planner/grounder rows."""
     from coalign.runs import write_jsonl
     from coalign.tasks.lumos import save_lumos_rows, task_to_rows
-    from coalign.tasks.suite import SPLITS, generate_suite
+    from coalign.tasks.suite import SPLITS
 
+    generate = _suite(family)
     for split in SPLITS:
-        tasks = generate_suite(split, n, seed)
+        tasks = generate(split, n, seed)
         write_jsonl(out / f"{split}.tasks.jsonl", [t.to_json() for t in tasks])
         rows = [task_to_rows(t) for t in tasks]
         save_lumos_rows(out / f"{split}.plan_onetime.jsonl", [p for p, _ in rows])
@@ -245,20 +263,31 @@ def data_suite(
 
 @data_app.command("check-gold")
 def data_check_gold(
-    kind: Annotated[str, typer.Argument(help="gsm8k or svamp")],
-    path: Annotated[Path, typer.Argument(help="the dataset file")],
+    kind: Annotated[str, typer.Argument(help="gsm8k or svamp (a file), or suite (the bundled suite of --family)")],
+    path: Annotated[Optional[Path], typer.Argument(help="the dataset file (gsm8k, svamp)")] = None,
     skip_bad_rows: SkipOpt = False,
+    family: FamilyOpt = "maths",
+    n: Annotated[int, typer.Option(help="suite: tasks per split")] = 1000,
+    seed: Annotated[int, typer.Option(help="suite: generator seed")] = 0,
 ) -> None:
-    """Execute the converted gold actions and report how often they reproduce the gold answer."""
+    """Execute the gold actions and report how often they reproduce the gold answer (by its benchmark's rule)."""
     from coalign.errors import SkippedRows
     from coalign.tasks.gold import gold_execution_report
     from coalign.tasks.gsm8k import load_gsm8k
     from coalign.tasks.sources import report_skipped
+    from coalign.tasks.suite import SPLITS
     from coalign.tasks.svamp import load_svamp
 
+    if kind == "suite":
+        generate = _suite(family)
+        for split in SPLITS:
+            console.print(f"{family} suite, {split}: {gold_execution_report(generate(split, n, seed)).summary()}")
+        return
     loaders = {"gsm8k": load_gsm8k, "svamp": load_svamp}
     if kind not in loaders:
-        raise typer.BadParameter(f"kind must be one of {sorted(loaders)}")
+        raise typer.BadParameter(f"kind must be one of {sorted([*loaders, 'suite'])}")
+    if path is None:
+        raise typer.BadParameter(f"{kind} needs the dataset file's path")
     skipped = SkippedRows()
     try:
         tasks = loaders[kind](path, skipped if skip_bad_rows else None)

@@ -3,6 +3,10 @@
 Besides end-to-end accuracy, the grounder is also run on the gold subgoals and on blanked
 subgoals: gold minus blanked says how much the subgoals matter at all; gold minus end-to-end
 is the capability gap between what the planner writes and what the grounder needs.
+
+Task families (maths, QA) mix in one run: every prompt, blank and answer rule is the task's own
+family's, and grounding PPL is averaged only within a family (its value depends on the family's
+action text, so a mean across families compares nothing; the paper warns of this too).
 """
 
 from __future__ import annotations
@@ -16,9 +20,13 @@ from coalign.config import EvalSettings
 from coalign.formats import FormatError, format_actions, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.metrics import accuracy, answer_correct, lumos_exact_match
 from coalign.stages.score import score_completions
-from coalign.tasks import Task
-from coalign.tasks.suite import BLANK_SUBGOAL
+from coalign.tasks import Task, qa_suite, suite
 from coalign.tools.executor import execute
+
+# Per family, the content-free subgoal that blanks a plan: one of the family's own vague subgoals,
+# so a blanked plan is text the grounder has seen in training, just without information.
+BLANK_SUBGOALS: dict[str, str] = {"maths": suite.BLANK_SUBGOAL, "qa": qa_suite.BLANK_SUBGOAL}
+EXACT_FAMILIES = frozenset({"maths"})  # where Lumos's exact string match is a reported metric
 
 
 def _is_plan(text: str) -> bool:
@@ -29,10 +37,26 @@ def _is_plan(text: str) -> bool:
     return True
 
 
-def _score(tasks: Sequence[Task], action_texts: Sequence[str]) -> tuple[list, list[bool], list[bool]]:
+def blank_plan(task: Task) -> str:
+    """The task's plan with every subgoal replaced by its family's blank (same count)."""
+    if task.family not in BLANK_SUBGOALS:
+        raise KeyError(f"no blank subgoal for family {task.family!r}; add one to evaluate.BLANK_SUBGOALS")
+    return format_subgoals([BLANK_SUBGOALS[task.family]] * len(task.subgoals))
+
+
+def set_family(tasks: Sequence[Task]) -> str:
+    """The task family of an evaluation set; a set mixing families is named by all of them (`maths+qa`)."""
+    return "+".join(sorted({t.family for t in tasks}))
+
+
+def _score(tasks: Sequence[Task], action_texts: Sequence[str]) -> tuple[list, list[bool], list[bool | None]]:
+    """Traces, correctness by each task's answer rule, and Lumos exact match where it is defined (else None)."""
     traces = [execute(a, t.family) for t, a in zip(tasks, action_texts, strict=True)]
     ok = [answer_correct(tr.answer, t.answer, t.family, t.dataset) for tr, t in zip(traces, tasks)]
-    exact = [tr.answer is not None and lumos_exact_match(tr.answer, t.answer) for tr, t in zip(traces, tasks)]
+    exact = [
+        tr.answer is not None and lumos_exact_match(tr.answer, t.answer) if t.family in EXACT_FAMILIES else None
+        for tr, t in zip(traces, tasks)
+    ]
     return traces, ok, exact
 
 
@@ -48,20 +72,20 @@ def grounding_ppl(grounder: Agent, tasks: Sequence[Task], plans: Sequence[str], 
 
 
 def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], settings: EvalSettings, name: str):
-    """Metrics and per-task prediction rows for one evaluation set."""
-    questions = [t.question for t in tasks]
+    """Metrics and per-task prediction rows for one evaluation set.
+
+    `accuracy` is by each task's benchmark rule (`metrics.answer_correct`); `lumos_exact` (string
+    equality, Lumos's maths metric) is given only for a set whose tasks are all of EXACT_FAMILIES.
+    """
     b, plan_len, ground_len = settings.batch_size, settings.max_new_tokens_plan, settings.max_new_tokens_ground
-    plans = plan(planner, questions, plan_len, b)
-    actions = ground(grounder, questions, plans, ground_len, b, desc=f"{name}: grounder on planner subgoals")
+    plans = plan(planner, [t.question for t in tasks], plan_len, b)
+    actions = ground(grounder, tasks, plans, ground_len, b, desc=f"{name}: grounder on planner subgoals")
     traces, ok, exact = _score(tasks, actions)
     ppl = grounding_ppl(grounder, tasks, plans, b)
-    metrics: dict = {
-        "n": len(tasks),
-        "accuracy": accuracy(ok),
-        "lumos_exact": accuracy(exact),
-        "plan_well_formed": accuracy(_is_plan(p) for p in plans),
-        "grounding_ppl": mean(ppl),
-    }
+    metrics: dict = {"n": len(tasks), "accuracy": accuracy(ok)}
+    if all(e is not None for e in exact):
+        metrics["lumos_exact"] = accuracy(exact)
+    metrics |= {"plan_well_formed": accuracy(_is_plan(p) for p in plans), "grounding_ppl": mean(ppl)}
     rows = [
         {
             "id": t.id,
@@ -80,9 +104,9 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
     ]
     if settings.diagnostics:
         gold = [format_subgoals(t.subgoals) for t in tasks]
-        blank = [format_subgoals([BLANK_SUBGOAL] * len(t.subgoals)) for t in tasks]
-        gold_actions = ground(grounder, questions, gold, ground_len, b, desc=f"{name}: grounder on gold subgoals")
-        blank_actions = ground(grounder, questions, blank, ground_len, b, desc=f"{name}: grounder on blanked subgoals")
+        blank = [blank_plan(t) for t in tasks]
+        gold_actions = ground(grounder, tasks, gold, ground_len, b, desc=f"{name}: grounder on gold subgoals")
+        blank_actions = ground(grounder, tasks, blank, ground_len, b, desc=f"{name}: grounder on blanked subgoals")
         _, gold_ok, _ = _score(tasks, gold_actions)
         _, blank_ok, _ = _score(tasks, blank_actions)
         metrics["grounder_acc_gold_subgoals"] = accuracy(gold_ok)
@@ -102,8 +126,12 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
     return metrics, rows
 
 
-def split_summary(per_set: dict[str, dict]) -> dict:
-    """Plain mean over the evaluation sets of a split, as the paper averages its task metrics."""
+def split_summary(per_set: dict[str, dict], families: dict[str, str] | None = None) -> dict:
+    """Plain mean over the evaluation sets of a split, as the paper averages its task metrics (Table 2
+    averages GSM8K, StrategyQA and Mind2Web alike). Grounding PPL only when the sets (`families`: set
+    name -> family) are of one family; `family_summaries` gives it per family."""
+    if families is not None and len(set(families.values())) > 1:
+        per_set = {k: {m: v for m, v in metrics.items() if m != "grounding_ppl"} for k, metrics in per_set.items()}
     keys = [
         "accuracy",
         "lumos_exact",
@@ -114,3 +142,11 @@ def split_summary(per_set: dict[str, dict]) -> dict:
         "grounding_ppl",
     ]
     return {k: mean(m[k] for m in per_set.values()) for k in keys if per_set and all(k in m for m in per_set.values())}
+
+
+def family_summaries(per_set: dict[str, dict], families: dict[str, str]) -> dict[str, dict]:
+    """`split_summary` of each family's sets: where grounding PPL can be compared."""
+    return {
+        family: split_summary({k: m for k, m in per_set.items() if families[k] == family})
+        for family in sorted(set(families.values()))
+    }

@@ -15,10 +15,11 @@ COLUMNS = [
 ]
 NOT_PERCENT = {"grounding_ppl"}
 LEGEND = (
-    "acc: end-to-end accuracy (numeric match); exact: Lumos exact string match; gold sg / blank sg: "
-    "grounder accuracy given the gold / blanked subgoals; gap: capability gap = gold sg - acc; "
+    "acc: end-to-end accuracy by each benchmark's rule (numeric match for maths, Lumos's yes/no rule for "
+    "StrategyQA-style QA, SQuAD exact match for HotpotQA-style QA); exact: Lumos exact string match (maths only); "
+    "gold sg / blank sg: grounder accuracy given the gold / blanked subgoals; gap: capability gap = gold sg - acc; "
     "plans ok: planner outputs that parse as subgoal sequences; ppl: grounder perplexity of the gold actions given "
-    "the planner's subgoals (mean over tasks; not a percentage)"
+    "the planner's subgoals (mean over tasks; not a percentage; averaged only within a task family)"
 )
 
 
@@ -33,7 +34,8 @@ def _cell(key: str, value) -> str:
 
 
 def eval_rows(results: dict) -> list[list[str]]:
-    """One row per evaluation set plus a row per split average (percentages)."""
+    """One row per evaluation set plus a row per split average (percentages); where a split mixes task
+    families, also one average row per family (the only average that shows PPL)."""
     rows = []
     for split in ("heldin", "heldout"):
         block = results.get(split, {})
@@ -42,6 +44,10 @@ def eval_rows(results: dict) -> list[list[str]]:
         if block.get("sets"):
             avg = block["average"]
             rows.append([split, "average", ""] + [_cell(k, avg.get(k)) for k, _ in COLUMNS])
+            by_family = block.get("family_average", {})
+            if len(by_family) > 1:
+                for family, fam in by_family.items():
+                    rows.append([split, f"average ({family})", ""] + [_cell(k, fam.get(k)) for k, _ in COLUMNS])
     return rows
 
 

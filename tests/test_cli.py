@@ -94,3 +94,25 @@ def test_eval_without_sets_says_so(tmp_path):
     config.write_text(yaml.safe_dump({"name": "x", "data": {"train": [{"kind": "suite", "split": "train", "n": 4}]}}))
     result = runner.invoke(app, ["eval", str(config), "--run-dir", str(tmp_path / "run")])
     assert result.exit_code == 2 and "nothing to evaluate" in result.output
+
+
+def test_data_suite_writes_the_qa_family_as_lumos_rows_that_load_back(tmp_path):
+    from coalign.tasks.lumos import load_lumos_tasks
+    from coalign.tasks.qa_suite import generate_qa_suite
+
+    result = runner.invoke(app, ["data", "suite", "--out", str(tmp_path), "--n", "3", "--family", "qa"])
+    assert result.exit_code == 0, result.output
+    loaded = load_lumos_tasks(tmp_path / "heldout.plan_onetime.jsonl", tmp_path / "heldout.ground_onetime.jsonl")
+    expected = generate_qa_suite("heldout", 3)
+    assert [(t.family, t.question, t.actions) for t in loaded] == [(t.family, t.question, t.actions) for t in expected]
+    assert runner.invoke(app, ["data", "suite", "--out", str(tmp_path), "--family", "web"]).exit_code == 2
+
+
+def test_check_gold_runs_a_bundled_suites_gold_plans_through_its_tools():
+    result = runner.invoke(app, ["data", "check-gold", "suite", "--family", "qa", "--n", "40"])
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    for split in ("train", "heldin", "heldout"):
+        assert f"qa suite, {split}: gold actions reproduce the answer on 40/40 tasks" in output
+    assert "QA answer match" in output and "Lumos exact match" not in output
+    assert runner.invoke(app, ["data", "check-gold", "gsm8k"]).exit_code == 2  # a file kind needs its path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,14 @@ def test_svamp_gold_actions_reproduce_gold_answers(capsys: pytest.CaptureFixture
     with capsys.disabled():
         print(f"\nSVAMP: {report.summary()}")
     assert report.numeric_rate >= 0.98, report.summary()
+
+
+def test_qa_gold_is_judged_by_its_answer_rule() -> None:
+    from coalign.tasks.qa_suite import generate_qa_suite
+
+    yes_no, named = generate_qa_suite("heldin", 1)[0], generate_qa_suite("heldout", 1)[0]
+    flipped = replace(yes_no, answer="no" if yes_no.answer == "yes" else "yes")
+    lowered = replace(named, answer=f"the {named.answer.lower()}")  # SQuAD normalisation drops case and articles
+    report = gold_execution_report([yes_no, flipped, lowered])
+    assert (report.total, report.numeric_ok) == (3, 2) and [f.task_id for f in report.failures] == [flipped.id]
+    assert "2/3 tasks (66.67% QA answer match" in report.summary()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from rich.console import Console
 
 from coalign.agents import Agent, grounder_example, planner_example
 from coalign.config import RunConfig, config_changes, config_to_yaml
-from coalign.evaluate import evaluate_tasks, split_summary
+from coalign.evaluate import evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.formats import lumos_generation_prompt
 from coalign.models import make_tiny_model
 from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, write_json, write_jsonl
@@ -124,7 +125,10 @@ def train_agent(
 def evaluate_run(
     run: Run, config: RunConfig, planner_path: str, grounder_path: str, console: Console, name: str = "eval"
 ) -> dict:
-    """Evaluate on every held-in and held-out set; write predictions and metrics under `name`/."""
+    """Evaluate on every held-in and held-out set; write predictions and metrics under `name`/.
+
+    Per split: each set's metrics, its task family, the mean over all sets, and the mean per family
+    (the only place grounding PPL is averaged when a split mixes families)."""
     if run.is_done(name):
         return read_json(run.path(name, "metrics.json"))
     started = time.time()
@@ -132,15 +136,20 @@ def evaluate_run(
     planner, grounder = Agent.load(planner_path, trust), Agent.load(grounder_path, trust)
     results: dict = {}
     for split in ("heldin", "heldout"):
-        per_set = {}
+        per_set, families = {}, {}
         for source in getattr(config.data, split):
             label = source_name(source)
             tasks = load_split(run, config, [source], f"{split}/{label}", console)
             console.print(f"[bold]{name}[/bold] {split}/{label}: {len(tasks)} tasks")
             metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{label}")
             write_jsonl(run.path(name, f"{split}-{label}.predictions.jsonl"), rows)
-            per_set[label] = metrics
-        results[split] = {"sets": per_set, "average": split_summary(per_set)}
+            per_set[label], families[label] = metrics, set_family(tasks)
+        results[split] = {
+            "sets": per_set,
+            "average": split_summary(per_set, families),
+            "families": families,
+            "family_average": family_summaries(per_set, families),
+        }
     write_json(run.path(name, "metrics.json"), results)
     run.mark_done(name, [run.path(name)], {}, started, inputs=[planner_path, grounder_path])
     return results
@@ -184,8 +193,25 @@ def cold_start(run: Run, config: RunConfig, train: list[Task], console: Console)
 
 
 def round_tasks(config: RunConfig, train: list[Task]) -> list[Task]:
-    """The training tasks a round works on: the first `moat.tasks` (all when unset)."""
-    return train[: config.moat.tasks] if config.moat.tasks else train
+    """The training tasks a round works on: the first `moat.tasks` (all when unset), in train order.
+
+    With several task families, each family's first tasks in proportion to its share of train (the
+    remainder to the families first seen), so a mixed run's rounds are not all of the family listed first.
+    """
+    n = config.moat.tasks
+    if not n or n >= len(train):
+        return train
+    counts = Counter(t.family for t in train)  # in order of first appearance
+    quota = {family: n * c // len(train) for family, c in counts.items()}
+    for family in list(counts)[: n - sum(quota.values())]:
+        quota[family] += 1
+    taken: Counter[str] = Counter()
+    out = []
+    for task in train:
+        if taken[task.family] < quota[task.family]:
+            taken[task.family] += 1
+            out.append(task)
+    return out
 
 
 def matched_rounds(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -266,21 +267,34 @@ def grounder_stage(
     )  # fmt: skip
 
 
-def round_premise(tasks, scores, groundings, reduction: str) -> dict:
-    """Does a candidate's grounder NLL predict whether its grounding succeeds? (never measured in the paper)"""
-    nll, success = [], []
-    for task, task_scores, acts in zip(tasks, scores, groundings):
-        for s, a in zip(task_scores, acts):
-            if s[reduction] is None:  # the content reduction of a task without tool arguments
-                continue
-            nll.append(s[reduction])
-            success.append(answer_correct(execute(a, task.family).answer, task.answer, task.family, task.dataset))
+def _premise(nll: list[float], success: list[bool]) -> dict:
     return {
         "candidates": len(nll),
         "grounding_success_rate": sum(success) / max(1, len(success)),
         "nll_success_point_biserial": point_biserial(nll, success),
         "nll_success_auc": auc(nll, success),
     }
+
+
+def round_premise(tasks, scores, groundings, reduction: str) -> dict:
+    """Does a candidate's grounder NLL predict whether its grounding succeeds? (never measured in the paper)
+
+    With several task families, also per family (`by_family`): NLL levels and success rates differ
+    between families, so the pooled figures can show a link that none of the families has.
+    """
+    nll: dict[str, list[float]] = defaultdict(list)
+    success: dict[str, list[bool]] = defaultdict(list)
+    for task, task_scores, acts in zip(tasks, scores, groundings):
+        for s, a in zip(task_scores, acts):
+            if s[reduction] is None:  # the content reduction of a task without tool arguments
+                continue
+            nll[task.family].append(s[reduction])
+            ok = answer_correct(execute(a, task.family).answer, task.answer, task.family, task.dataset)
+            success[task.family].append(ok)
+    pooled = _premise([x for v in nll.values() for x in v], [x for v in success.values() for x in v])
+    if len(nll) > 1:
+        pooled["by_family"] = {f: _premise(nll[f], success[f]) for f in sorted(nll)}
+    return pooled
 
 
 def run_moat(config: RunConfig, run_dir: str | Path, console: Console, force: bool = False) -> dict:

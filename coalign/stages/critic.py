@@ -103,7 +103,12 @@ def _gold_verdict(task: Task, note: str, corrected_subgoals: tuple[str, ...] | N
 
 
 class ExecutionCritic:
-    """Ground truth by execution: success when the actions' answer matches the gold answer."""
+    """Ground truth by execution: success when the actions' answer is right by the task's benchmark rule.
+
+    A failure is corrected with the whole gold action text, renumbered, next to the candidate's own
+    subgoals (Algorithm 1 keeps them): nothing maps actions to subgoals, so QA's three actions per
+    fact and a candidate with fewer or more subgoals than the gold plan are handled alike.
+    """
 
     name = "execution"
 

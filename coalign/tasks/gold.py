@@ -3,7 +3,8 @@
 The loaders turn source calculations (GSM8K `<<expr=value>>` annotations, written-out `a + b = c`
 and equations worked by hand, SVAMP equations) into actions. Training a grounder on actions that miss
 the answer teaches it wrong plans, so this check measures the conversion on the real files and
-sorts each miss into a cause someone can act on.
+sorts each miss into a cause someone can act on. The bundled suites' gold plans (maths and QA) go
+through the same check, each task judged by its benchmark's answer rule.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
 
-from coalign.metrics import lumos_exact_match, numeric_match
+from coalign.metrics import answer_correct, lumos_exact_match, numeric_match
 from coalign.tasks import Task
 from coalign.tools.executor import Trace, execute
 
@@ -42,6 +43,9 @@ CAUSES = {
 }
 
 
+RULES = {"maths": "numeric match", "qa": "QA answer match (Lumos yes/no, SQuAD exact match)"}
+
+
 class GoldFailure(NamedTuple):
     task_id: str
     cause: str  # one of CAUSES
@@ -51,9 +55,10 @@ class GoldFailure(NamedTuple):
 @dataclass(frozen=True)
 class GoldReport:
     total: int
-    numeric_ok: int  # executed answer numerically equals the gold (metrics.numeric_match)
+    numeric_ok: int  # executed answer right by the task's rule (metrics.answer_correct: numeric match for maths)
     exact_ok: int  # executed answer string equals the gold (Agent Lumos's rule)
     failures: list[GoldFailure] = field(default_factory=list)
+    rule: str = RULES["maths"]  # the answer rule(s) numeric_ok counts by, as the summary names them
 
     @property
     def numeric_rate(self) -> float:
@@ -67,10 +72,11 @@ class GoldReport:
         return Counter(failure.cause for failure in self.failures)
 
     def summary(self, examples: int = 3) -> str:
-        """Plain-text report: the two rates, then each cause with its count and a few task ids."""
+        """Plain-text report: the rates, then each cause with its count and a few task ids."""
+        exact = f"; {100 * self.exact_rate:.2f}% Lumos exact match" if self.rule == RULES["maths"] else ""
         lines = [
             f"gold actions reproduce the answer on {self.numeric_ok}/{self.total} tasks "
-            f"({100 * self.numeric_rate:.2f}% numeric match; {100 * self.exact_rate:.2f}% Lumos exact match)"
+            f"({100 * self.numeric_rate:.2f}% {self.rule}{exact})"
         ]
         for cause, count in self.causes().most_common():
             ids = [f.task_id for f in self.failures if f.cause == cause][:examples]
@@ -79,19 +85,21 @@ class GoldReport:
 
 
 def gold_execution_report(tasks: Iterable[Task]) -> GoldReport:
-    """Execute every task's gold actions in its family's domain and compare with its gold answer."""
+    """Execute every task's gold actions in its family's domain and judge the answer by its benchmark's rule."""
     total = numeric_ok = exact_ok = 0
-    failures = []
+    failures, families = [], set()
     for task in tasks:
         total += 1
+        families.add(task.family)
         trace = execute(list(task.actions), task.family) if task.actions else None
         answer = trace.answer if trace is not None else None
         exact_ok += lumos_exact_match(answer, task.answer)
-        if numeric_match(answer, task.answer):
+        if answer_correct(answer, task.answer, task.family, task.dataset):
             numeric_ok += 1
         else:
             failures.append(diagnose(task, trace))
-    return GoldReport(total=total, numeric_ok=numeric_ok, exact_ok=exact_ok, failures=failures)
+    rule = "; ".join(RULES[f] for f in sorted(families)) if families else RULES["maths"]
+    return GoldReport(total=total, numeric_ok=numeric_ok, exact_ok=exact_ok, failures=failures, rule=rule)
 
 
 def diagnose(task: Task, trace: Trace | None) -> GoldFailure:
@@ -109,7 +117,11 @@ def diagnose(task: Task, trace: Trace | None) -> GoldFailure:
     for step, value, claimed in zip(trace.steps, values, _claimed_results(task)):
         if claimed is not None and not numeric_match(value, claimed):
             return GoldFailure(task.id, WRONG_ARITHMETIC, f"{step.action} gives {value}, the source writes {claimed}")
-    earlier = [i for i, value in enumerate(values[:-1], start=1) if numeric_match(value, task.answer)]
+    earlier = [
+        i
+        for i, value in enumerate(values[:-1], start=1)
+        if answer_correct(value, task.answer, task.family, task.dataset)
+    ]
     if earlier:
         return GoldFailure(task.id, NOT_LAST, f"R{earlier[-1]} = {task.answer}, last action gives {values[-1]}")
     detail = f"last action gives {values[-1]}, gold is {task.answer}"

@@ -29,6 +29,7 @@ from coalign.tasks.suite import SPLITS, STYLE_WEIGHTS
 
 HELDIN_SHARE = 5  # one question in HELDIN_SHARE (by text digest) belongs to "heldin", the rest to "train"
 VAGUE_SUBGOALS = ("Find the needed fact", "Look up the next piece of information", "Work out the answer")
+BLANK_SUBGOAL = VAGUE_SUBGOALS[0]  # what evaluation puts in place of every subgoal to blank a plan
 
 # (kind, attribute) -> (question, description); {e} is how an action names the entity (a name or R#),
 # {d} how words describe it (a name, or "the city where Kalone Vastrid was born").
