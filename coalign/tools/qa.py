@@ -36,6 +36,7 @@ its first ~40 sentences), `retrieve` ranks with DPR as Lumos does (or reuses `Lo
 BM25, top 5 as in Lumos), and `answer` asks an LLM with Lumos's QA prompt ("Please answer the
 following question according to the context. Please answer with one brief entity, beginning with
 'Answer: '...") and returns the text after "Answer: ". The factory is called once, at first use.
+Each tool call gets `executor.ACTION_TIMEOUT_S` (1 s) of wall-clock time: raise it for remote calls.
 """
 
 from __future__ import annotations
