@@ -80,24 +80,31 @@ def grounder_prompt(task: str, subgoals: str, domain: str = "maths") -> str:
     return f"{head}Task: {task.strip()} \nSubgoals to be grounded: {subgoals.strip()}"
 
 
-_GROUNDER_RE = re.compile(r"Task: (?P<task>.*) \nSubgoals to be grounded: (?P<subgoals>.*)\Z", re.S)
-_PLANNER_RE = re.compile(r"Task: (?P<task>.*); Initial Environment Description: None\.\Z", re.S)
+_TASK_HEAD = "Task: "
+_PLANNER_TAIL = "; Initial Environment Description: None."
+_GROUNDER_MARK = " \nSubgoals to be grounded: "
+
+# The prompt parsers search strings instead of matching `Task: (.*)...` regexes: such a regex, tried from
+# every `Task: `, takes quadratic time (minutes on a 1 MB line), and rows come from files we did not write.
 
 
 def parse_planner_prompt(prompt: str) -> str:
-    """The task text inside a planner user turn."""
-    match = _PLANNER_RE.search(prompt)
-    if not match:
+    """The task text inside a planner user turn: from the first `Task: ` to the fixed ending."""
+    start = prompt.find(_TASK_HEAD) + len(_TASK_HEAD)
+    end = len(prompt) - len(_PLANNER_TAIL)
+    if start < len(_TASK_HEAD) or start > end or not prompt.endswith(_PLANNER_TAIL):
         raise FormatError("not a Lumos planner prompt (no 'Task: ...; Initial Environment Description: None.')")
-    return match["task"]
+    return prompt[start:end]
 
 
 def parse_grounder_prompt(prompt: str) -> tuple[str, str]:
-    """(task, subgoals text) inside a grounder user turn."""
-    match = _GROUNDER_RE.search(prompt)
-    if not match:
+    """(task, subgoals text) inside a grounder user turn: the task runs from the first `Task: ` to the last
+    `Subgoals to be grounded: ` line, so a task may quote that line."""
+    start = prompt.find(_TASK_HEAD) + len(_TASK_HEAD)
+    mark = prompt.rfind(_GROUNDER_MARK)
+    if start < len(_TASK_HEAD) or mark < start:
         raise FormatError("not a Lumos grounder prompt (no 'Task: ... \\nSubgoals to be grounded: ...')")
-    return match["task"], match["subgoals"]
+    return prompt[start:mark], prompt[mark + len(_GROUNDER_MARK) :]
 
 
 # --------------------------------------------------------------------------- subgoals

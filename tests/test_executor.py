@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given, settings
@@ -110,6 +112,107 @@ def test_a_buggy_tool_is_recorded_but_interrupts_still_stop_the_run(monkeypatch:
     assert trace.steps == [StepResult("R1 = Broken(1)", {}, "Broken: RuntimeError: boom")]
     with pytest.raises(KeyboardInterrupt):
         execute("R1 = Stop(1)", domain="test")
+
+
+def _spin(argument: str) -> tuple[str, ...]:
+    while True:
+        pass
+
+
+def _sleep(argument: str) -> tuple[str, ...]:
+    time.sleep(float(argument))
+    return (argument,)
+
+
+def _interrupt(argument: str) -> tuple[str, ...]:
+    raise KeyboardInterrupt
+
+
+def _stubborn(argument: str) -> tuple[str, ...]:
+    """Swallows every Exception while it waits, as careless tool code might."""
+    while True:
+        try:
+            time.sleep(10)
+        except Exception:
+            pass
+
+
+SLOW_TOOLS = {"Spin": _spin, "Sleep": _sleep, "Stubborn": _stubborn, "Interrupt": _interrupt, "Say": lambda a: (a,)}
+
+
+@pytest.mark.parametrize("tool", ["Spin", "Sleep", "Stubborn"])
+def test_an_overrunning_tool_call_is_stopped_recorded_and_the_next_actions_run(
+    monkeypatch: pytest.MonkeyPatch, tool: str
+) -> None:
+    monkeypatch.setitem(executor.DOMAINS, "test", SLOW_TOOLS)
+    start = time.perf_counter()
+    trace = execute(f"R1 = {tool}(30); R2 = Say(next); R3 = Say(R2 again)", domain="test", timeout_s=0.2)
+    elapsed = time.perf_counter() - start
+    assert 0.2 <= elapsed < 1.0
+    assert trace.steps[0] == StepResult(f"R1 = {tool}(30)", {}, f"{tool}: timed out after 0.2 s")
+    assert [s.outputs for s in trace.steps[1:]] == [{"R2": "next"}, {"R3": "next again"}]
+    assert (trace.answer, trace.error) == (None, f"step 1: {tool}: timed out after 0.2 s")
+
+
+def test_the_default_limit_is_read_at_each_call_and_calls_within_it_are_untouched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(executor.DOMAINS, "test", SLOW_TOOLS)
+    assert executor.ACTION_TIMEOUT_S == 1.0
+    assert execute("R1 = Sleep(0.05)", domain="test").answer == "0.05"
+    monkeypatch.setattr(executor, "ACTION_TIMEOUT_S", 0.1)
+    assert execute("R1 = Sleep(0.3)", domain="test").error == "step 1: Sleep: timed out after 0.1 s"
+    assert execute("R1 = Sleep(0.3)", domain="test", timeout_s=0.5).answer == "0.3"
+    with pytest.raises(ValueError, match="timeout_s must be > 0"):
+        execute("R1 = Say(1)", domain="test", timeout_s=0)
+
+
+def test_the_timer_leaves_the_alarm_signal_as_it_found_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(executor.DOMAINS, "test", SLOW_TOOLS)
+    alarms = []
+
+    def ours(signum: int, frame: object) -> None:
+        alarms.append(signum)
+
+    previous = signal.signal(signal.SIGALRM, ours)
+    try:
+        execute("R1 = Spin(1); R2 = Say(1); R3 = Calculator(1 / 0)", domain="test", timeout_s=0.05)
+        assert signal.getsignal(signal.SIGALRM) is ours and signal.getitimer(signal.ITIMER_REAL) == (0, 0)
+        with pytest.raises(KeyboardInterrupt):
+            execute("R1 = Interrupt(1)", domain="test", timeout_s=0.05)
+        assert signal.getsignal(signal.SIGALRM) is ours and signal.getitimer(signal.ITIMER_REAL) == (0, 0)
+        time.sleep(0.1)
+        assert alarms == []  # no alarm of ours fired late into the handler put back
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_another_running_timer_is_left_alone_and_the_size_limits_alone_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(executor.DOMAINS, "test", SLOW_TOOLS)
+    alarms = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: alarms.append(signum))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        trace = execute("R1 = Sleep(0.2)", domain="test", timeout_s=0.05)
+        assert trace.answer == "0.2"  # not stopped
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] < 0.5
+        time.sleep(0.5)
+        assert alarms == [signal.SIGALRM]  # the other timer still fired, once
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_in_a_worker_thread_the_executor_runs_on_size_limits_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python runs signal handlers only in the main thread: no timer there, and no error for trying."""
+    monkeypatch.setitem(executor.DOMAINS, "test", SLOW_TOOLS)
+    handler = signal.getsignal(signal.SIGALRM)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        slow = pool.submit(execute, "R1 = Sleep(0.3); R2 = Say(R1 done)", "test", 0.05)
+        hostile = pool.submit(execute, _HOSTILE["power tower"])
+        assert slow.result().answer == "(0.3) done"
+        assert hostile.result().error == execute(_HOSTILE["power tower"]).error
+    assert signal.getsignal(signal.SIGALRM) is handler
 
 
 def test_only_numbers_are_parenthesised_other_values_go_in_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:

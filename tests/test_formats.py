@@ -1,6 +1,12 @@
-"""Lumos formats: exact prompt spelling and lossless round trips."""
+"""Lumos formats: exact prompt spelling, lossless round trips, and any text parsed or refused quickly."""
+
+import re
+import time
+from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coalign.formats import (
     Action,
@@ -13,8 +19,10 @@ from coalign.formats import (
     parse_actions,
     parse_grounder_prompt,
     parse_planner_prompt,
+    parse_action,
     parse_subgoals,
     planner_prompt,
+    split_actions,
 )
 
 
@@ -72,3 +80,115 @@ def test_lumos_chat_serialisation():
     assert lumos_generation_prompt("Q") == "<|user|>\nQ\n<|assistant|>\n"
     with pytest.raises(FormatError):
         lumos_chat([{"role": "system", "content": "S"}])
+
+
+# --------------------------------------------------------------------------- any text (model output, data rows)
+
+PARSERS: dict[str, Callable[[str], object]] = {
+    "parse_subgoals": parse_subgoals,
+    "parse_actions": parse_actions,
+    "parse_action": parse_action,
+    "parse_planner_prompt": parse_planner_prompt,
+    "parse_grounder_prompt": parse_grounder_prompt,
+}
+# pieces of the formats, so that generated text often gets past the first check of each parser
+PIECES = ["Subgoal ", "1", "12", "\u0662", ": ", "; ", ";", "R1", "R2", ", ", " = ", "=", "Calculator", "(", ")",
+          "Task: ", "; Initial Environment Description: None.", " \nSubgoals to be grounded: ", " ", "\n", "\x00",
+          "x"]  # fmt: skip
+format_like = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
+any_text = st.one_of(st.text(max_size=300), format_like)
+
+
+def _parse_or_refuse(parser: Callable[[str], object], text: str) -> object:
+    """The parser's result, or None when it refuses the text with a FormatError (any other exception escapes)."""
+    try:
+        return parser(text)
+    except FormatError:
+        return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(any_text)
+def test_any_text_is_parsed_or_refused_with_a_format_error(text: str) -> None:
+    for parser in PARSERS.values():
+        _parse_or_refuse(parser, text)
+    parts = split_actions(text)  # never refuses
+    assert all(part and part == part.strip() for part in parts)
+    actions = _parse_or_refuse(parse_actions, text)
+    assert actions is None or len(actions) == len(parts)
+
+
+def _no_subgoal_head(text: str) -> bool:
+    return re.search(r";\s*Subgoal \d+: ", text) is None
+
+
+subgoal_text = st.text(min_size=1, max_size=40).filter(lambda s: s.strip() and _no_subgoal_head(s))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(subgoal_text, min_size=1, max_size=6))
+def test_formatted_subgoals_parse_back(subgoals: list[str]) -> None:
+    assert parse_subgoals(format_subgoals(subgoals)) == [s.strip() for s in subgoals]
+
+
+def _no_action_boundary(argument: str) -> bool:
+    """An argument may hold `;` but not `; R3 =`: that starts the next action."""
+    return re.search(r";\s*R\d+(?:\s*,\s*R\d+)*\s*=", argument) is None
+
+
+argument_like = st.lists(st.sampled_from(["R1", "R23", "; ", ";", "(", ")", "=", ", ", " ", "\n", "x"]), max_size=12)
+actions_strategy = st.builds(
+    Action,
+    outputs=st.lists(st.integers(0, 10**6).map(lambda n: f"R{n}"), min_size=1, max_size=3).map(tuple),
+    tool=st.one_of(
+        st.sampled_from(["Calculator", "_private", "T2"]), st.from_regex(r"[A-Za-z_]\w{0,15}", fullmatch=True)
+    ),
+    argument=st.one_of(st.text(max_size=60), argument_like.map("".join)).map(str.strip).filter(_no_action_boundary),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(actions_strategy, min_size=1, max_size=6))
+def test_formatted_actions_parse_back(actions: list[Action]) -> None:
+    text = format_actions(actions)
+    assert parse_actions(text) == actions
+    assert [parse_action(str(action)) for action in actions] == actions
+    assert split_actions(text) == [str(action) for action in actions]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=80), format_like), st.one_of(st.text(max_size=80), format_like))
+def test_any_task_and_subgoals_survive_the_prompts(task: str, subgoals: str) -> None:
+    assert parse_planner_prompt(planner_prompt(task)) == task.strip()
+    if "Subgoals to be grounded: " not in subgoals:
+        assert parse_grounder_prompt(grounder_prompt(task, subgoals)) == (task.strip(), subgoals.strip())
+
+
+MEGABYTE = 1_000_000
+HOSTILE_TEXT = {  # 1 MB lines shaped to make a backtracking parser work hard
+    "task heads": "Task: " * (MEGABYTE // 6),
+    "task heads then a mark": "Task: " * (MEGABYTE // 6) + " \nSubgoals to be grounded: x",
+    "subgoal heads": "Subgoal 1: " + "; Subgoal 2: " * (MEGABYTE // 13),
+    "subgoal number": "Subgoal " + "1" * MEGABYTE,
+    "semicolons": ";" * MEGABYTE,
+    "output list": "R1" + ", R1" * (MEGABYTE // 4),
+    "output list then equals": "R1" + ", R1" * (MEGABYTE // 4) + " = T(",
+    "separators": "; R1 =" * (MEGABYTE // 6),
+    "many actions": "R1 = T(1)" + "; R2 = T(1)" * (MEGABYTE // 11),
+    "parentheses": "R1 = T" + "(" * MEGABYTE,
+    "whitespace": " " * MEGABYTE + "R1 =" + " " * MEGABYTE,
+    "nul bytes": "\x00" * MEGABYTE,
+    "unicode digits": "R" + "\u0661" * MEGABYTE + " = T(1)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEXT))
+def test_hostile_megabyte_text_is_parsed_or_refused_quickly(name: str) -> None:
+    text = HOSTILE_TEXT[name]
+    for parser in PARSERS.values():
+        start = time.perf_counter()
+        _parse_or_refuse(parser, text)
+        assert time.perf_counter() - start < 2.0, f"{parser.__name__} on {name}"
+    start = time.perf_counter()
+    split_actions(text)
+    assert time.perf_counter() - start < 2.0, f"split_actions on {name}"

@@ -1,12 +1,19 @@
-"""Lumos QA tools: the action syntax, the offline backend (BM25 + extractive reader), plugging in another."""
+"""Lumos QA tools: the action syntax, the offline backend (BM25 + extractive reader), plugging in another,
+and hostile model text run against the bundled world."""
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coalign.formats import TOOL_PREAMBLES, grounder_prompt
 from coalign.tools import executor, qa
-from coalign.tools.executor import execute
+from coalign.tasks.qa_world import bundled_world
+from coalign.tools.executor import MAX_VALUE_CHARS, Trace, execute
 from coalign.tools.maths import ToolError
 from coalign.tools.qa import LocalQA, extract_answer, qa_tools, terms
 
@@ -204,3 +211,134 @@ def test_the_preamble_is_lumos_wording_and_lists_every_tool() -> None:
     for name in qa.TOOLS:
         assert f"'{name}'" in preamble and f"{name}(" in preamble
     assert "Subgoals to be grounded: Subgoal 1: Find it" in grounder_prompt("Q?", "Subgoal 1: Find it", "qa")
+
+
+@pytest.mark.parametrize(
+    "actions",
+    [
+        "R1 = KnowledgeQuery({long})",
+        "R1 = ParagraphRetrieve(Brennholt was founded in 1460., Query: {long})",
+        "R1 = QA([Brennholt was founded in 1460.], Question: {long})",
+    ],
+)
+def test_a_query_longer_than_a_question_is_refused(corpus: LocalQA, actions: str) -> None:
+    fits = execute(actions.format(long="Brennholt " * 199), domain="qa")  # 1,989 characters once stripped
+    assert "query too long" not in (fits.error or "")
+    refused = execute(actions.format(long="Brennholt " * 201), domain="qa")
+    assert refused.error.endswith(f"query too long (2009 characters, limit {qa.MAX_QUERY_CHARS})")
+
+
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        (
+            "Which was founded first, the Orvel Guild or Brennholt?",
+            ("Which was founded first", "the Orvel Guild", "Brennholt"),
+        ),
+        ("Who is taller, A, B or C ?", ("Who is taller, A", "B", "C")),  # the options follow the last comma
+        ("Which is older, salt or pepper or sugar?", ("Which is older", "salt", "pepper or sugar")),
+        ("Which is older, Oregon or Orlando?", ("Which is older", "Oregon", "Orlando")),  # "or" only as a word
+        ("Which is older, salt or pepper", None),  # no question mark
+        ("Which is older, salt and pepper?", None),
+        ("salt or pepper?", None),  # no comma
+        (", salt or pepper?", None),  # nothing asked
+    ],
+)
+def test_an_or_question_splits_into_what_is_asked_and_two_options(question: str, parts: tuple | None) -> None:
+    assert qa._choice(question) == parts
+
+
+def test_an_or_question_of_any_length_splits_in_linear_time() -> None:
+    """The former one-regex split took 44 s on the first question and minutes on the second."""
+    for question in [
+        "a, " + "or " * 30_000,
+        "a, " + " " * 40_000 + "or" + " " * 40_000 + "b",
+        "a, b" + " or" * 30_000 + "?",
+    ]:
+        start = time.perf_counter()
+        qa._choice(question)
+        assert time.perf_counter() - start < 0.5
+
+
+# --------------------------------------------------------------------------- hostile model text (bundled world)
+
+PERSON = bundled_world().of_kind("person")[0].name
+HOSTILE_QA = {
+    "import in a query": "R1 = KnowledgeQuery(__import__('os').system('ls'))",
+    "dunder walk in a query": "R1 = KnowledgeQuery(().__class__.__bases__[0].__subclasses__())",
+    "format string in a question": f"R1 = KnowledgeQuery({PERSON}); R2 = QA([R1], Question: {{0.__class__}} %s%n?)",
+    "code": "R1 = Code(import os; os.system('ls'))",
+    "comparison injection": "R1 = Calculator(__import__('os') > 1)",
+    "huge comparison": "R1 = Calculator(9^9^9 > 1)",
+    "unicode digits in a comparison": "R1 = Calculator(\u0661\u0668\u0662\u0661 > 1460)",
+    "fullwidth query": "R1 = KnowledgeQuery(\uff36\uff45\uff52\uff45\uff4c)",
+    "bidi and zero-width": f"R1 = KnowledgeQuery(\u202e{PERSON}\u200b)",
+    "nul bytes": f"R1 = KnowledgeQuery({PERSON}\x00); R2 = QA([R1\x00], Question: \x00?)",
+    "nul query": "R1 = KnowledgeQuery(" + "\x00" * 1000 + ")",
+    "long query": "R1 = KnowledgeQuery(" + "word " * 19_000 + ")",
+    "one megabyte query": "R1 = KnowledgeQuery(" + "a" * 1_000_000 + ")",
+    "one megabyte context": "R1 = QA(" + "A" * 1_000_000 + ", Question: Who?)",
+    "long or question": "R1 = QA(x, Question: a, " + "or " * 600 + "?)",
+    "deep brackets": f"R1 = QA({'[' * 40_000}{PERSON} was born in 1830.{']' * 40_000}, Question: When was he born?)",
+    "marker confusion": "R1 = ParagraphRetrieve(, Query: , Query: , Query: x)",
+    "many paragraphs": "R1 = ParagraphRetrieve(" + "x\n" * 45_000 + ", Query: x y z)",
+    "newline injection": f"R1 = KnowledgeQuery({PERSON})\nR2 = Code(rm -rf /)",
+    "self reference": "R1 = KnowledgeQuery(R1)",
+    "unset reference": "R1 = QA([R7], Question: Who?)",
+    "empty context": "R1 = QA([], Question: Who?)",
+    "reference bomb": f"R1 = KnowledgeQuery({PERSON}); R2 = QA([{', '.join(['R1'] * 5000)}], Question: When?)",
+    # each retrieval joins 50 copies of the last into longer paragraphs, until the substitution limit stops it
+    "growing references": f"R1 = KnowledgeQuery({PERSON}); "
+    + "; ".join(f"R{i} = ParagraphRetrieve([{', '.join([f'R{i - 1}'] * 50)}], Query: born)" for i in range(2, 60)),
+    "thousand queries": "; ".join(f"R{i} = KnowledgeQuery({PERSON})" for i in range(1, 1001)),
+    "tool name injection": "R1 = __import__(os)",
+}
+HOSTILE_QA_LEGAL = {  # hostile-looking but answerable: the answers stay small
+    "bidi and zero-width": "\n".join(bundled_world().pages[PERSON]),
+    "deep brackets": "1830",
+    "marker confusion": ", Query: , Query:",
+    "many paragraphs": "x",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_QA))
+def test_hostile_qa_text_gives_a_trace_with_an_error_quickly(name: str) -> None:
+    start = time.perf_counter()
+    trace = execute(HOSTILE_QA[name], domain="qa")
+    elapsed = time.perf_counter() - start
+    if name in HOSTILE_QA_LEGAL:
+        assert (trace.answer, trace.error) == (HOSTILE_QA_LEGAL[name], None)
+    else:
+        assert trace.answer is None and trace.error
+    assert all(len(value) <= MAX_VALUE_CHARS for step in trace.steps for value in step.outputs.values())
+    json.dumps(trace.to_json())
+    assert elapsed < 2.0, f"{name} took {elapsed:.2f} s"
+
+
+QA_PIECES = ["R1 = ", "R2 = ", "R1", "R2", "KnowledgeQuery(", "ParagraphRetrieve(", "QA(", "Calculator(", ")",
+             "; ", ", Query: ", ", Question: ", "[", "]", ", ", " or ", "?", "\n", " ", PERSON, "born", "1830", ">",
+             "When was ", "Which was born first, "]  # fmt: skip
+qa_like = st.lists(st.sampled_from(QA_PIECES), max_size=30).map("".join)
+
+
+def _consistent(trace: Trace) -> bool:
+    """An answer exactly when no step failed, and every step has outputs or an error, never both."""
+    steps_ok = all((step.error is None) == bool(step.outputs) for step in trace.steps)
+    return steps_ok and (trace.answer is None) == (trace.error is not None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=200), qa_like))
+def test_any_text_gives_a_qa_trace(text: str) -> None:
+    for actions in (text, f"R1 = KnowledgeQuery({text})", f"R1 = QA({text})", f"R1 = ParagraphRetrieve({text})"):
+        trace = execute(actions, domain="qa")
+        assert isinstance(trace, Trace) and _consistent(trace)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80), st.text(max_size=80))
+def test_any_context_and_question_give_a_qa_trace(context: str, question: str) -> None:
+    chain = f"R1 = KnowledgeQuery({PERSON}); R2 = ParagraphRetrieve(R1, Query: {question}); "
+    chain += f"R3 = QA([R2, {context}], Question: {question}); R4 = Calculator(R3 > 1000)"
+    trace = execute(chain, domain="qa")
+    assert isinstance(trace, Trace) and _consistent(trace)

@@ -21,6 +21,8 @@ Where we differ from Lumos, and why:
   the maths Calculator (the same parser: model text is never evaluated).
 - Code is listed, as in Lumos's tool list, and refused (model text is never run).
 - The reader raises a ToolError instead of answering "No answer", so the trace says why.
+- A query or question over `MAX_QUERY_CHARS` is refused: model text is hostile input, and the
+  ranking and reading costs grow with it (contexts are bounded by the executor's input limit).
 
 The knowledge comes from a `QABackend`. The embedded default, `LocalQA` over the bundled world
 (`coalign.tasks.qa_world`), finds pages by title or BM25, ranks paragraphs with BM25 and answers
@@ -34,6 +36,7 @@ its first ~40 sentences), `retrieve` ranks with DPR as Lumos does (or reuses `Lo
 BM25, top 5 as in Lumos), and `answer` asks an LLM with Lumos's QA prompt ("Please answer the
 following question according to the context. Please answer with one brief entity, beginning with
 'Answer: '...") and returns the text after "Answer: ". The factory is called once, at first use.
+Each tool call gets `executor.ACTION_TIMEOUT_S` (1 s) of wall-clock time: raise it for remote calls.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from coalign.tools.maths import ToolError
 
 QUERY_MARK = ", Query: "
 QUESTION_MARK = ", Question: "
+MAX_QUERY_CHARS = 2_000  # a KnowledgeQuery query, a ParagraphRetrieve query or a QA question (contexts may be long)
 
 Tool = Callable[[str], tuple[str, ...]]
 
@@ -112,7 +116,7 @@ _YEAR = re.compile(r"\b(?:1[0-9]{3}|20[0-9]{2})\b")
 _NUMBER = re.compile(r"\b[0-9]{1,3}(?:,[0-9]{3})+\b|\b[0-9]+(?:\.[0-9]+)?\b")
 _NAME = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")
 _LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.I)
-_CHOICE = re.compile(r"^(?P<ask>.+?),\s*(?P<a>[^,]+?)\s+or\s+(?P<b>[^,]+?)\s*\?\s*$", re.S)
+_OR = re.compile(r"(?<=\s)or(?=\s)")
 # comparative word -> (pick the larger value?, compares dates?)
 _COMPARATIVES: dict[str, tuple[bool, bool]] = {
     **dict.fromkeys(("first", "earlier", "earliest", "older", "oldest", "sooner"), (False, True)),
@@ -157,6 +161,24 @@ def _ranked(sentences: list[str], words: set[str]) -> list[str]:
     return [s for score, _, s in sorted(scored, key=lambda x: (-x[0], x[1])) if score > 0]
 
 
+def _choice(question: str) -> tuple[str, str, str] | None:
+    """(ask, A, B) of "ask, A or B?": the options follow the last comma and part at their first "or".
+
+    Splits, not one regex: a pattern of lazy groups around the comma and the "or" backtracks for a time
+    that grows with a power of the length (44 s on 90,000 characters of "or or ..."), inside one C call
+    that no timer can stop.
+    """
+    ask, comma, options = question.rpartition(",")
+    options = options.strip()
+    if not comma or not ask or not options.endswith("?"):
+        return None
+    options = options[:-1].rstrip()
+    split = _OR.search(options)
+    if split is None:
+        return None
+    return ask, options[: split.start()].strip(), options[split.end() :].strip()
+
+
 def _value(text: str) -> Fraction:
     return Fraction(text.replace(",", ""))
 
@@ -194,10 +216,10 @@ def extract_answer(context: str, question: str) -> str:
     corpus needs an LLM reader (see the module docstring).
     """
     sentences = _sentences(context)
-    choice = _CHOICE.match(question.strip())
-    if choice:
-        options = tuple(_LEADING_ARTICLE.sub("", choice[key].strip()) for key in ("a", "b"))
-        return _choose(sentences, choice["ask"], options)
+    choice = _choice(question.strip())
+    if choice is not None:
+        ask, first, second = choice
+        return _choose(sentences, ask, (_LEADING_ARTICLE.sub("", first), _LEADING_ARTICLE.sub("", second)))
     kind = _answer_kind(question)
     for sentence in _ranked(sentences, set(terms(question))):
         span = _span(sentence, kind, question)
@@ -258,11 +280,20 @@ def bundled_backend() -> LocalQA:
 # --------------------------------------------------------------------------- tools
 
 
+def _query(text: str) -> str:
+    """The query or question, stripped; refused when longer than a question can be, which also bounds
+    the work that ranking and reading it costs."""
+    text = text.strip()
+    if len(text) > MAX_QUERY_CHARS:
+        raise ToolError(f"query too long ({len(text)} characters, limit {MAX_QUERY_CHARS})")
+    return text
+
+
 def _split(argument: str, mark: str, tool: str, usage: str) -> tuple[str, str]:
     context, found, text = argument.rpartition(mark)
     if not found or not context.strip() or not text.strip():
         raise ToolError(f"{tool} takes {usage}")
-    return context, text.strip()
+    return context, _query(text)
 
 
 def calculator(argument: str) -> tuple[str]:
@@ -277,7 +308,7 @@ def qa_tools(backend: Callable[[], QABackend]) -> dict[str, Tool]:
     def knowledge_query(argument: str) -> tuple[str]:
         if not argument.strip():
             raise ToolError("KnowledgeQuery takes a query (an entity name)")
-        return ("\n".join(backend().page(argument.strip())),)
+        return ("\n".join(backend().page(_query(argument))),)
 
     def paragraph_retrieve(argument: str) -> tuple[str]:
         context, query = _split(argument, QUERY_MARK, "ParagraphRetrieve", "(context, Query: question)")
