@@ -390,7 +390,9 @@ def test_critic_stage_survives_every_fault_and_records_the_counts(server: Server
     assert (record["judged"], record["dropped"], record["usable"]) == (12, 2, 10)  # truncated JSON, http 400
     assert record["successes"] == 9 and record["corrected"] == 1  # the garbage reply falls back to gold
     assert len(rows) == 12 and sum(row["actions"] is None for row in rows) == 2
-    assert server.max_in_flight <= 2
+    # No bound on server.max_in_flight here: the server keeps counting the request its client gave up on
+    # until its own handler ends, so a retry can look like a third call in flight (flaky under CPU load).
+    # The client's bound is checked where nothing times out: test_concurrency_bound_is_honoured.
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert files and not any(KEY.encode() in p.read_bytes() for p in files)
     assert any(b"***" in p.read_bytes() for p in files)  # the echoed key was scrubbed in the item's note
