@@ -11,7 +11,7 @@ from pathlib import Path
 
 from coalign.errors import DataError, SkippedRows
 from coalign.tasks import Task
-from coalign.tasks.jsonl import convert_rows, read_json, require, require_text, type_name
+from coalign.tasks.jsonl import convert_json_list, require, require_text, type_name
 
 TYPES = ("bridge", "comparison")
 
@@ -22,16 +22,10 @@ def load_hotpotqa(path: str | Path, skipped: SkippedRows | None = None) -> list[
     Errors name the file, the 1-based record index as the line, and the field; a bad record raises
     DataError, or is recorded in `skipped` and left out. A file that is not a JSON list always raises.
     """
-    path = Path(path)
-    records = read_json(path)
-    if not isinstance(records, list):
-        raise DataError(
-            path, None, None, f"expected a JSON list of HotpotQA records, got {type_name(records)}", "not a list"
-        )
-    return convert_rows(enumerate(records, start=1), lambda index, record: _task(record, path, index), skipped)
+    return convert_json_list(path, "HotpotQA records", _task, skipped)
 
 
-def _task(record: object, path: Path, index: int) -> Task:
+def _task(path: Path, index: int, record: object) -> Task:
     if not isinstance(record, dict):
         raise DataError(path, index, None, f"expected a JSON object, got {type_name(record)}", "not an object")
     question = require_text(record, "question", path, index)

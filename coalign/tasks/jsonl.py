@@ -61,6 +61,18 @@ def convert_rows(
     return records
 
 
+def convert_json_list(
+    path: str | Path, what: str, convert: Callable[[Path, int, object], Record], skipped: SkippedRows | None
+) -> list[Record]:
+    """`convert(path, index, record)` for each record of a file holding one JSON list (1-based index as the
+    line), bad records skipped as in `convert_rows`; a file that is not a list has nothing to skip and raises."""
+    path = Path(path)
+    records = read_json(path)
+    if not isinstance(records, list):
+        raise DataError(path, None, None, f"expected a JSON list of {what}, got {type_name(records)}", "not a list")
+    return convert_rows(enumerate(records, start=1), lambda index, record: convert(path, index, record), skipped)
+
+
 def read_json(path: str | Path) -> Any:
     """A whole JSON document; an unreadable file or a syntax error raises DataError with the line it is on."""
     raw = _read_bytes(path)

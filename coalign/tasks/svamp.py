@@ -8,7 +8,7 @@ from coalign.errors import DataError, SkippedRows
 from coalign.metrics import svamp_gold_answer
 from coalign.tasks import Task
 from coalign.tasks.arithmetic import Expression, parse
-from coalign.tasks.jsonl import convert_rows, read_json, require, require_text
+from coalign.tasks.jsonl import convert_json_list, require, require_text
 
 _VERBS = {"+": "Add {b} to {a}", "-": "Subtract {b} from {a}", "*": "Multiply {a} by {b}", "/": "Divide {a} by {b}"}
 
@@ -21,12 +21,10 @@ def load_svamp(path: str | Path, skipped: SkippedRows | None = None) -> list[Tas
     the line; a bad record raises DataError, or is recorded in `skipped` and left out. A file that
     is not a JSON list has no records to skip and always raises.
     """
-    path = Path(path)
-    records = read_json(path)
-    if not isinstance(records, list):
-        raise DataError(path, None, None, "expected a JSON list of SVAMP records", "not a list")
     seen: dict[str, int] = {}
-    return convert_rows(enumerate(records, start=1), lambda index, record: _task(record, path, index, seen), skipped)
+    return convert_json_list(
+        path, "SVAMP records", lambda path, index, record: _task(record, path, index, seen), skipped
+    )
 
 
 def equation_to_plan(tree: Expression) -> tuple[tuple[str, ...], tuple[str, ...]]:
