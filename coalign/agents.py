@@ -35,28 +35,46 @@ def progress_bar() -> Progress:
     )
 
 
+class _NoBar:
+    """A progress bar that shows nothing."""
+
+    def __enter__(self) -> "_NoBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def add_task(self, *args, **kwargs) -> int:
+        return 0
+
+    def advance(self, *args) -> None:
+        return None
+
+
 @torch.inference_mode()
 def generate(
     agent: Agent,
-    users: Sequence[str],
+    users: Sequence[str | Sequence[dict[str, str]]],
     max_new_tokens: int,
     batch_size: int = 32,
     num_return_sequences: int = 1,
     temperature: float = 0.0,
     top_p: float = 1.0,
     desc: str = "generating",
+    progress: bool = True,
 ) -> list[list[str]]:
-    """Complete each user turn; returns `num_return_sequences` texts per prompt, in input order.
+    """Complete each user turn (or conversation so far, ending with a user turn); returns
+    `num_return_sequences` texts per prompt, in input order.
 
     Prompts are sorted by length before batching so little compute goes to padding.
-    temperature 0 is greedy decoding.
+    temperature 0 is greedy decoding. `progress` False shows no bar (a caller with its own).
     """
     tok, model = agent.tokenizer, agent.model
     prompts = [render_prompt(tok, u) for u in users]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out: list[list[str]] = [[] for _ in prompts]
     sampling = temperature > 0
-    with progress_bar() as bar:
+    with progress_bar() if progress else _NoBar() as bar:
         task = bar.add_task(desc, total=len(prompts))
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]

@@ -6,7 +6,7 @@ Every later step loads a checkpoint folder with the same Auto classes, whether i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from coalign.config import TinySpec
 from coalign.errors import RunError
 from coalign.formats import ASSISTANT_TAG, EOS, USER_TAG, lumos_generation_prompt
+from coalign.formats_iterative import chat_prompt
 
 SPECIAL_TOKENS = ["<unk>", "<s>", EOS, "<pad>", USER_TAG.strip(), ASSISTANT_TAG.strip()]
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
@@ -120,13 +121,16 @@ def load_model(path_or_id: str | Path, trust_remote_code: bool = False, dtype: s
     return model
 
 
-def render_prompt(tokenizer, user: str) -> str:
-    """The text a model continues from: its chat template when it has one, else Lumos's format."""
+def render_prompt(tokenizer, user: str | Sequence[dict[str, str]]) -> str:
+    """The text a model continues from: its chat template when it has one, else Lumos's format.
+
+    `user` is one user turn, or a conversation so far (role/content messages ending with a user turn:
+    Lumos's iterative formulation), rendered the same way for training and for generation.
+    """
+    messages = [{"role": "user", "content": user}] if isinstance(user, str) else list(user)
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
-        )
-    return lumos_generation_prompt(user)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return lumos_generation_prompt(user) if isinstance(user, str) else chat_prompt(messages)
 
 
 def parameter_count(model) -> int:

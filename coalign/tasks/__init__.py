@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+# Families trained and evaluated in Lumos's iterative formulation (one subgoal per planner turn, the
+# environment answering between turns); every other family is onetime (the whole plan in one turn).
+ITERATIVE_FAMILIES = frozenset({"web"})
+
 
 @dataclass(frozen=True)
 class Task:
@@ -28,6 +32,11 @@ class Task:
     answer: str
     subgoal_styles: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def iterative(self) -> bool:
+        """Whether the task runs in Lumos's iterative formulation (the web family) rather than the onetime one."""
+        return self.family in ITERATIVE_FAMILIES
 
     @property
     def tools(self) -> str:
