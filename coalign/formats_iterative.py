@@ -194,6 +194,23 @@ def parse_grounder_messages(messages: Sequence[Message]) -> GrounderConversation
     return GrounderConversation(match["task"], tools[0], tuple(subgoals), tuple(groups))
 
 
+# --------------------------------------------------------------------------- training rows
+
+
+def turn_examples(messages: Sequence[Message]) -> list[tuple[tuple[Message, ...], str]]:
+    """One SFT example per assistant turn of a whole conversation: (the conversation before it, the turn).
+
+    Lumos trains on the whole conversation with the loss on every assistant turn; these rows give the
+    same teacher-forced targets, each in the context it has there, as (prompt, completion) pairs, which is
+    what the SFT stage trains on (TRL's completion-only loss). The prompt is rendered exactly as the
+    iterative loop renders it at generation time (`chat_prompt`, or the model's chat template).
+    """
+    _roles(messages, "training")
+    if len(messages) % 2:
+        raise FormatError("a training conversation must end with an assistant turn")
+    return [(tuple(messages[:at]), messages[at]["content"]) for at in range(1, len(messages), 2)]
+
+
 # --------------------------------------------------------------------------- serialisation
 
 

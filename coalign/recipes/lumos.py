@@ -19,11 +19,13 @@ from rich.console import Console
 from coalign.agents import Agent, grounder_example, planner_example
 from coalign.config import RunConfig, config_changes, config_to_yaml
 from coalign.evaluate import evaluate_tasks, family_summaries, set_family, split_summary
-from coalign.formats import lumos_generation_prompt
+from coalign.formats import lumos_chat, lumos_generation_prompt
+from coalign.formats_iterative import turn_examples
 from coalign.models import make_tiny_model
 from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, write_json, write_jsonl
 from coalign.stages.sft import sft
 from coalign.tasks import Task
+from coalign.tasks.episodes import grounder_conversation, planner_conversation
 from coalign.tasks.plan_following import plan_following
 from coalign.tasks.sources import load_data, report_skipped, source_name
 
@@ -68,7 +70,7 @@ def initial_models(run: Run, config: RunConfig, train: list[Task], console: Cons
     if "tiny" in (models.planner, models.grounder) and not run.is_done("init"):
         started = time.time()
         console.print("making a tiny model: BPE tokenizer on the training text, small Llama config")
-        texts = [lumos_generation_prompt(u) + c for t in train for u, c in (planner_pair(t), grounder_pair(t))]
+        texts = [text for t in train for text in tokenizer_texts(t)]
         with atomic_dir(tiny_dir) as tmp:
             make_tiny_model(texts, tmp, models.tiny, seed=config.seed)
         run.mark_done("init", [tiny_dir], {"path": str(tiny_dir)}, started)
@@ -76,16 +78,49 @@ def initial_models(run: Run, config: RunConfig, train: list[Task], console: Cons
 
 
 def planner_pair(task: Task) -> tuple[str, str]:
+    """A onetime task's planner example: (user turn, the whole plan)."""
     return planner_example(task.question, task.subgoals)
 
 
 def grounder_pair(task: Task) -> tuple[str, str]:
+    """A onetime task's grounder example: (user turn with the whole plan, all actions)."""
     return grounder_example(task.question, task.subgoals, task.actions, task.family)
 
 
-def grounder_data(config: RunConfig, train: list[Task]) -> list[tuple[str, str]]:
-    """The grounder's ground-truth SFT data: every training task, plus its plan-following copies if set."""
-    return [grounder_pair(t) for t in train + plan_following(train, config.data.plan_following, config.seed)]
+# An SFT example: (prompt, completion); the prompt is one user turn (onetime) or the conversation so far
+# (iterative), rendered by `models.render_prompt` alike at training and generation time.
+Example = tuple[str | tuple[dict[str, str], ...], str]
+
+
+def planner_examples(task: Task) -> list[Example]:
+    """The planner's SFT examples of a task, by its formulation: one (onetime) or one per planner turn
+    (iterative: `formats_iterative.turn_examples`, Lumos's whole-conversation loss as per-turn rows)."""
+    return turn_examples(planner_conversation(task)) if task.iterative else [planner_pair(task)]
+
+
+def grounder_examples(task: Task) -> list[Example]:
+    """The grounder's SFT examples of a task, by its formulation: one, or one per grounder turn."""
+    return turn_examples(grounder_conversation(task)) if task.iterative else [grounder_pair(task)]
+
+
+def tokenizer_texts(task: Task) -> list[str]:
+    """The text a tiny tokenizer learns from for a task: each agent's example (onetime), or each agent's
+    whole gold conversation once (iterative), serialised Lumos's way."""
+    if task.iterative:
+        return [lumos_chat(planner_conversation(task)), lumos_chat(grounder_conversation(task))]
+    return [lumos_generation_prompt(u) + c for u, c in (planner_pair(task), grounder_pair(task))]
+
+
+def planner_data(train: list[Task]) -> list[Example]:
+    """The planner's ground-truth SFT data: every training task's examples."""
+    return [example for t in train for example in planner_examples(t)]
+
+
+def grounder_data(config: RunConfig, train: list[Task]) -> list[Example]:
+    """The grounder's ground-truth SFT data: every training task, plus its plan-following copies if set
+    (onetime families only: `plan_following` has no rule for the web family)."""
+    tasks = train + plan_following(train, config.data.plan_following, config.seed)
+    return [example for t in tasks for example in grounder_examples(t)]
 
 
 def load_split(run: Run, config: RunConfig, sources: list, label: str, console: Console) -> list[Task]:
@@ -160,7 +195,7 @@ def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str,
     planner_init, grounder_init = initial_models(run, config, train, console)
     trust = config.models.trust_remote_code
     if agent == "planner":
-        examples = [planner_pair(t) for t in train]
+        examples = planner_data(train)
         return train_agent(
             run,
             "planner_sft",

@@ -4,12 +4,12 @@ Mind2Web-like tasks (`meta["gold_steps"]`: the bundled sites and loaded Mind2Web
 `SiteEpisode`, scored by step success rate; shopping goals (`meta["goal"]`: the bundled shop and
 loaded WebShop) run in a `ShopEpisode` over the catalogue `meta["catalogue"]` names ("bundled" or a
 WebShop data folder), scored by the WebShop reward. Both take a grounder turn with `act` and say
-`done` and `score()`: what the iterative loop needs.
+`done` and `score()`: what the iterative loop needs. The gold conversations are what SFT trains on.
 """
 
 from __future__ import annotations
 
-from coalign.formats_iterative import result_feedback, web_feedback
+from coalign.formats_iterative import Message, grounder_messages, planner_messages, result_feedback, web_feedback
 from coalign.tasks import Task
 from coalign.tasks.shop_world import bundled_catalogue
 from coalign.tasks.webshop import catalogue_at
@@ -35,8 +35,22 @@ def episode_for(task: Task) -> Episode:
 
 def gold_feedback(task: Task) -> list[str]:
     """What the planner hears after each gold subgoal: Lumos's web restatement, or for the shop the last
-    result of the subgoal's gold actions (so those actions are run)."""
+    result of the subgoal's gold actions (so those actions are run). A task read from Lumos's iterative rows
+    keeps what its planner row heard (`meta["feedback"]`): that is its gold feedback."""
+    if "feedback" in task.meta:
+        return list(task.meta["feedback"])
     if task.tools != "shop":
         return [web_feedback(subgoal) for subgoal in task.subgoals]
     episode = episode_for(task)
     return [result_feedback(k, episode.act(list(group)).result) for k, group in enumerate(task.action_groups(), 1)]
+
+
+def planner_conversation(task: Task) -> list[Message]:
+    """A web task's gold planner conversation: its subgoals one per turn, each followed by its gold feedback,
+    then the stop turn."""
+    return planner_messages(task.question, task.subgoals, gold_feedback(task))
+
+
+def grounder_conversation(task: Task) -> list[Message]:
+    """A web task's gold grounder conversation: each subgoal, then the gold actions grounding it."""
+    return grounder_messages(task.question, task.subgoals, task.action_groups(), task.tools)

@@ -31,14 +31,12 @@ from coalign.formats import (
     split_actions,
 )
 from coalign.formats_iterative import (
-    grounder_messages,
     parse_grounder_messages,
     parse_planner_messages,
-    planner_messages,
 )
 from coalign.runs import write_jsonl
 from coalign.tasks import Task
-from coalign.tasks.episodes import gold_feedback
+from coalign.tasks.episodes import grounder_conversation, planner_conversation
 from coalign.tasks.jsonl import convert_rows, read_jsonl, require, require_text
 
 ROLES = ("user", "assistant")
@@ -120,8 +118,7 @@ def task_to_iterative_rows(task: Task) -> tuple[LumosRow, LumosRow]:
     hears `episodes.gold_feedback` after each subgoal (for the shop, the gold actions are run for it)."""
     if not task.subgoals:
         raise ValueError(f"task {task.id!r} has no subgoals; a planner row needs at least one")
-    planner = planner_messages(task.question, task.subgoals, gold_feedback(task))
-    grounder = grounder_messages(task.question, task.subgoals, task.action_groups(), task.tools)
+    planner, grounder = planner_conversation(task), grounder_conversation(task)
     return LumosRow(task.id, task.dataset, tuple(planner)), LumosRow(task.id, task.dataset, tuple(grounder))
 
 
@@ -208,7 +205,7 @@ def _iterative_task(planner: LumosRow, grounder: LumosRow) -> Task:
         subgoals=plan.subgoals,
         actions=tuple(action for group in ground.actions for action in group),
         answer="",
-        meta=meta | ({"subgoal_actions": counts} if set(counts) != {1} else {}),
+        meta=meta | ({"subgoal_actions": counts} if set(counts) != {1} else {}) | {"feedback": list(plan.feedback)},
     )
 
 
