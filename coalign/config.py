@@ -138,6 +138,9 @@ class EvalSettings(Settings):
     max_new_tokens_plan: int = Field(160, ge=1)
     max_new_tokens_ground: int = Field(160, ge=1)
     diagnostics: bool = Field(True, description="also ground gold and blanked subgoals (the subgoals-matter check)")
+    max_turns: int = Field(
+        12, ge=1, description="iterative loop (web family): planner turns per task before it is stopped (gold <= 9)"
+    )
 
 
 class MoatSettings(Settings):
