@@ -4,28 +4,39 @@ Besides end-to-end accuracy, the grounder is also run on the gold subgoals and o
 subgoals: gold minus blanked says how much the subgoals matter at all; gold minus end-to-end
 is the capability gap between what the planner writes and what the grounder needs.
 
-Task families (maths, QA) mix in one run: every prompt, blank and answer rule is the task's own
+Task families (maths, QA, web) mix in one run: every prompt, blank and answer rule is the task's own
 family's, and grounding PPL is averaged only within a family (its value depends on the family's
-action text, so a mean across families compares nothing; the paper warns of this too).
+action text, so a mean across families compares nothing; the paper warns of this too). Web sets run
+in Lumos's iterative formulation (`evaluate_iterative`), scored by step success rate or reward.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import math
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from statistics import mean
 
 from coalign.agents import Agent, ground, plan
 from coalign.config import EvalSettings
 from coalign.formats import FormatError, format_actions, format_subgoals, grounder_prompt, parse_subgoals
+from coalign.formats_iterative import turn_examples
+from coalign.iterative import Rollout, run_episodes
 from coalign.metrics import accuracy, answer_correct, lumos_exact_match
 from coalign.stages.score import score_completions
-from coalign.tasks import Task, qa_suite, suite
+from coalign.tasks import Task, qa_suite, suite, web_suite
+from coalign.tasks.episodes import grounder_conversation
 from coalign.tools.executor import execute
+from coalign.tools.shop import ShopEpisode
+from coalign.web_metrics import step_success_rate
 
 # Per family, the content-free subgoal that blanks a plan: one of the family's own vague subgoals,
 # so a blanked plan is text the grounder has seen in training, just without information.
-BLANK_SUBGOALS: dict[str, str] = {"maths": suite.BLANK_SUBGOAL, "qa": qa_suite.BLANK_SUBGOAL}
+BLANK_SUBGOALS: dict[str, str] = {
+    "maths": suite.BLANK_SUBGOAL,
+    "qa": qa_suite.BLANK_SUBGOAL,
+    "web": web_suite.BLANK_SUBGOAL,
+}
 EXACT_FAMILIES = frozenset({"maths"})  # where Lumos's exact string match is a reported metric
 
 
@@ -76,7 +87,12 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
 
     `accuracy` is by each task's benchmark rule (`metrics.answer_correct`); `lumos_exact` (string
     equality, Lumos's maths metric) is given only for a set whose tasks are all of EXACT_FAMILIES.
+    A set of iterative tasks (the web family) is run by Lumos's iterative loop: `evaluate_iterative`.
     """
+    if any(t.iterative for t in tasks):
+        if not all(t.iterative for t in tasks):
+            raise ValueError(f"{name}: a set mixes iterative (web) and onetime tasks; give them as separate sets")
+        return evaluate_iterative(planner, grounder, tasks, settings, name)
     b, plan_len, ground_len = settings.batch_size, settings.max_new_tokens_plan, settings.max_new_tokens_ground
     plans = plan(planner, [t.question for t in tasks], plan_len, b)
     actions = ground(grounder, tasks, plans, ground_len, b, desc=f"{name}: grounder on planner subgoals")
@@ -126,20 +142,134 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
     return metrics, rows
 
 
+# --------------------------------------------------------------------------- iterative (web) sets
+
+
+def web_set_score(rollouts: Sequence[Rollout]) -> tuple[str, float]:
+    """(metric name, value) of a web set, as Lumos reports it: Mind2Web's step success rate micro-averaged
+    over all gold steps (right steps / steps) for site tasks, the mean WebShop reward for shopping goals."""
+    shop = [isinstance(r.episode, ShopEpisode) for r in rollouts]
+    if any(shop) and not all(shop):
+        raise ValueError("a web set mixes site tasks and shopping goals; give them as separate sets")
+    if all(shop):
+        return "reward", mean(r.score for r in rollouts) if rollouts else 0.0
+    return "step_success_rate", step_success_rate((r.episode.flags, len(r.episode.steps)) for r in rollouts)
+
+
+def gold_grounding_ppl(grounder: Agent, tasks: Sequence[Task], batch_size: int) -> list[float | None]:
+    """Per task, the grounder's perplexity of the gold actions given the *gold* subgoals, teacher-forced over
+    the gold grounder conversation (every turn in the context of the gold turns before it): exp(total NLL /
+    total tokens) over all its assistant turns; None for a task without a gold plan.
+
+    The onetime quantity (gold actions given the planner's subgoals) is not defined here: the planner's
+    subgoals need not match the gold ones in number, nor align with the gold action groups turn by turn. So
+    web sets report this one, under its own key (`grounding_ppl_gold_subgoals`), never as `grounding_ppl`:
+    it measures the grounder alone and does not move with the planner.
+    """
+    owners, users, completions = [], [], []
+    for i, task in enumerate(tasks):
+        if task.subgoals and task.actions:
+            for prompt, completion in turn_examples(grounder_conversation(task)):
+                owners.append(i)
+                users.append(prompt)
+                completions.append(completion)
+    scores = score_completions(grounder, users, completions, batch_size, desc="grounding PPL | gold subgoals")
+    nll, count = defaultdict(float), defaultdict(int)
+    for i, score in zip(owners, scores):
+        nll[i] += score.nll_sum
+        count[i] += score.n_tokens
+    return [math.exp(nll[i] / count[i]) if count[i] else None for i in range(len(tasks))]
+
+
+def _by_style(tasks: Sequence[Task], rollouts: Sequence[Rollout]) -> dict[str, list[Rollout]]:
+    groups: dict[str, list[Rollout]] = defaultdict(list)
+    for task, rollout in zip(tasks, rollouts):
+        if task.subgoal_styles:
+            groups[task.subgoal_styles[0]].append(rollout)
+    return groups
+
+
+def evaluate_iterative(planner: Agent, grounder: Agent, tasks: Sequence[Task], settings: EvalSettings, name: str):
+    """Metrics and prediction rows for a set of web tasks, run by Lumos's iterative loop (`coalign.iterative`).
+
+    `accuracy` is the set's benchmark metric (`web_set_score`: step success rate for Mind2Web-like sites,
+    mean reward for WebShop-like shopping), so split averages mix it with the other families' accuracy as
+    the paper's Table 2 does; `metric` names it and it is also given under that name. `task_success`: share of
+    tasks scoring 1. `plan_well_formed`: share whose planner turns all parsed. The diagnostics feed the
+    grounder the gold subgoals, or as many blanked ones, turn by turn in place of the planner's, each scored
+    by the same metric. Grounding PPL: see `gold_grounding_ppl`.
+    """
+    b = settings.batch_size
+    rollouts = run_episodes(planner, grounder, tasks, settings, "planner", desc=f"{name}: planner -> grounder")
+    metric, value = web_set_score(rollouts)
+    metrics: dict = {"n": len(tasks), "accuracy": value, "metric": metric, metric: value}
+    metrics["task_success"] = accuracy(r.score == 1.0 for r in rollouts)
+    metrics["plan_well_formed"] = accuracy(r.stop != "malformed planner turn" for r in rollouts)
+    metrics["stops"] = dict(sorted(Counter(r.stop for r in rollouts).items()))
+    ppl = gold_grounding_ppl(grounder, tasks, b)
+    known = [x for x in ppl if x is not None]
+    if known:
+        metrics["grounding_ppl_gold_subgoals"] = mean(known)
+    rows = [
+        {
+            "id": t.id,
+            "dataset": t.dataset,
+            "question": t.question,
+            "plan": format_subgoals(r.subgoals) if r.subgoals else "",
+            **r.to_json(),
+            "correct": r.score == 1.0,
+            "grounding_ppl_gold_subgoals": x,
+        }
+        for t, r, x in zip(tasks, rollouts, ppl)
+    ]
+    planned = [i for i, t in enumerate(tasks) if t.subgoals]
+    if settings.diagnostics and planned:
+        chosen = [tasks[i] for i in planned]
+        blank = BLANK_SUBGOALS["web"]
+        gold = run_episodes(None, grounder, chosen, settings, "gold", desc=f"{name}: grounder on gold subgoals")
+        blanked = run_episodes(
+            None, grounder, chosen, settings, "blank", blank, desc=f"{name}: grounder on blanked subgoals"
+        )
+        metrics["grounder_acc_gold_subgoals"] = web_set_score(gold)[1]
+        metrics["grounder_acc_blank_subgoals"] = web_set_score(blanked)[1]
+        metrics["capability_gap"] = metrics["grounder_acc_gold_subgoals"] - metrics["accuracy"]
+        by_style = _by_style(chosen, gold)
+        if by_style:
+            metrics["grounder_acc_gold_by_style"] = {s: web_set_score(v)[1] for s, v in sorted(by_style.items())}
+            metrics["style_counts"] = {s: len(v) for s, v in sorted(by_style.items())}
+        for i, g, k in zip(planned, gold, blanked):
+            rows[i].update(
+                gold_subgoal_actions=g.actions,
+                gold_subgoal_score=g.score,
+                gold_subgoal_correct=g.score == 1.0,
+                blank_subgoal_actions=k.actions,
+                blank_subgoal_score=k.score,
+                blank_subgoal_correct=k.score == 1.0,
+            )
+    return metrics, rows
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+PPL_KEYS = ("grounding_ppl", "grounding_ppl_gold_subgoals")  # averaged within one task family only
+
+
 def split_summary(per_set: dict[str, dict], families: dict[str, str] | None = None) -> dict:
     """Plain mean over the evaluation sets of a split, as the paper averages its task metrics (Table 2
     averages GSM8K, StrategyQA and Mind2Web alike). Grounding PPL only when the sets (`families`: set
     name -> family) are of one family; `family_summaries` gives it per family."""
     if families is not None and len(set(families.values())) > 1:
-        per_set = {k: {m: v for m, v in metrics.items() if m != "grounding_ppl"} for k, metrics in per_set.items()}
+        per_set = {k: {m: v for m, v in metrics.items() if m not in PPL_KEYS} for k, metrics in per_set.items()}
     keys = [
         "accuracy",
         "lumos_exact",
+        "task_success",
         "grounder_acc_gold_subgoals",
         "grounder_acc_blank_subgoals",
         "capability_gap",
         "plan_well_formed",
-        "grounding_ppl",
+        *PPL_KEYS,
     ]
     return {k: mean(m[k] for m in per_set.values()) for k in keys if per_set and all(k in m for m in per_set.values())}
 

@@ -11,15 +11,19 @@ COLUMNS = [
     ("grounder_acc_blank_subgoals", "blank sg"),
     ("capability_gap", "gap"),
     ("plan_well_formed", "plans ok"),
+    ("grounding_ppl_gold_subgoals", "ppl | gold sg"),
     ("grounding_ppl", "ppl"),
 ]
-NOT_PERCENT = {"grounding_ppl"}
+NOT_PERCENT = {"grounding_ppl", "grounding_ppl_gold_subgoals"}
 LEGEND = (
     "acc: end-to-end accuracy by each benchmark's rule (numeric match for maths, Lumos's yes/no rule for "
-    "StrategyQA-style QA, SQuAD exact match for HotpotQA-style QA); exact: Lumos exact string match (maths only); "
-    "gold sg / blank sg: grounder accuracy given the gold / blanked subgoals; gap: capability gap = gold sg - acc; "
-    "plans ok: planner outputs that parse as subgoal sequences; ppl: grounder perplexity of the gold actions given "
-    "the planner's subgoals (mean over tasks; not a percentage; averaged only within a task family)"
+    "StrategyQA-style QA, SQuAD exact match for HotpotQA-style QA; for web sets, run turn by turn, Mind2Web's step "
+    "success rate on sites and the mean WebShop reward in the shop); exact: Lumos exact string match (maths only); "
+    "gold sg / blank sg: the same given the gold / blanked subgoals; gap: capability gap = gold sg - acc; "
+    "plans ok: planner outputs that parse as subgoal sequences (web: every planner turn parsed); ppl: grounder "
+    "perplexity of the gold actions given the planner's subgoals (mean over tasks; not a percentage; averaged only "
+    "within a task family); ppl | gold sg: the same given the gold subgoals, turn by turn (web sets, where the "
+    "planner's subgoals need not align with the gold actions)"
 )
 
 

@@ -27,6 +27,7 @@ from coalign.tools.web import START_PAGE, Element, format_web_action
 
 HELDIN_SHARE = 5  # one task in HELDIN_SHARE (by text digest) belongs to "heldin", the rest to "train"
 VAGUE_SUBGOALS = ("Do the next step on the page", "Continue with the task", "Go on to the next part")
+BLANK_SUBGOAL = VAGUE_SUBGOALS[0]  # what evaluation puts in place of every subgoal to blank a plan
 
 _EXPLICIT_FORMS = {  # the verbs of Lumos's synthetic Mind2Web subgoals (eval/mind2web `translate_action`)
     "CLICK": ("Click the {tag} {text}", "Click on the {tag} {text}", "Choose the {tag} {text}"),
