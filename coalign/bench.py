@@ -34,7 +34,7 @@ from coalign.recipes.lumos import (
 )
 from coalign.recipes.moat import moat_rounds
 from coalign.runs import Run, read_json, write_json
-from coalign.tasks.sources import load_data, report_skipped
+from coalign.tasks.sources import load_data, refuse_in_rounds, report_skipped
 
 ABLATIONS: dict[str, dict] = {
     "moat_no_stage1": {"stage1": False},
@@ -133,6 +133,7 @@ def run_bench(
     for key, recipe_dir in recipe_dirs.items():
         record_config(Run(recipe_dir), configs[key], force)
     train, data = load_data(config.data.train, config.data.skip_bad_rows)
+    refuse_in_rounds(train, "coalign bench")
     report_skipped("train", data, console)
     for s in seeds:
         initial_models(prepare_run(cold_configs[s], cold[s], console), cold_configs[s], train, console)

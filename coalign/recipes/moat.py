@@ -54,6 +54,7 @@ from coalign.stages.sample import sample_candidates
 from coalign.stages.score import score_completions
 from coalign.tasks import Task
 from coalign.tasks.jsonl import read_jsonl
+from coalign.tasks.sources import refuse_in_rounds
 from coalign.tools.executor import execute
 
 
@@ -302,6 +303,7 @@ def run_moat(config: RunConfig, run_dir: str | Path, console: Console, force: bo
     (`force`: resume even if the run folder's config differs)."""
     run = prepare_run(config, run_dir, console, force)
     train = load_split(run, config, config.data.train, "train", console)
+    refuse_in_rounds(train, "MOAT rounds")
     planner, grounder = cold_start(run, config, train, console)
     round0 = evaluate_run(run, config, planner, grounder, console, name="round0_eval")
     return moat_rounds(run, config, train, planner, grounder, round0, console)

@@ -73,24 +73,42 @@ def load_sources(sources: list[DataSource], skipped: SkippedRows | None = None) 
     return [task for source in sources for task in load_source(source, skipped)]
 
 
-RUN_FAMILIES = ("maths", "qa")  # what training, evaluation, MOAT and bench run (web awaits the iterative loop)
+RUN_FAMILIES = ("maths", "qa", "web")  # what training and evaluation run (web: Lumos's iterative formulation)
+ROUND_FAMILIES = ("maths", "qa")  # what MOAT rounds and the bench run: MOAT per turn is not built
 
 
 def load_data(sources: list[DataSource], skip_bad_rows: bool) -> tuple[list[Task], dict]:
     """Tasks of `sources` for a run and the record it keeps of them: task count, rows skipped, per reason.
 
     Without `skip_bad_rows` the first bad row raises DataError, so the record then shows none skipped.
-    Tasks of a family runs cannot handle yet (web) raise RunError before any work starts.
+    Tasks of a family runs cannot handle raise RunError before any work starts.
     """
     skipped = SkippedRows()
     tasks = load_sources(sources, skipped if skip_bad_rows else None)
     families = sorted({t.family for t in tasks} - set(RUN_FAMILIES))
     if families:
         raise RunError(
-            f"tasks of family {', '.join(families)} cannot be trained or evaluated yet (runs take "
-            f"{', '.join(RUN_FAMILIES)}); web tasks need Lumos's iterative loop, which is not wired in"
+            f"tasks of family {', '.join(families)} cannot be trained or evaluated (runs take "
+            f"{', '.join(RUN_FAMILIES)})"
         )
     return tasks, {"tasks": len(tasks), **skipped.summary()}
+
+
+def refuse_in_rounds(tasks: list[Task], what: str) -> None:
+    """RunError when MOAT rounds (or the bench, which runs them) would get tasks they cannot handle yet.
+
+    Web tasks train and evaluate (`coalign train` with recipe lumos, `coalign eval`), but MOAT's stages are
+    onetime only: stage 1 samples and scores whole plans, stage 2 grounds and judges whole action sequences.
+    The iterative formulation needs MOAT per turn (candidates and the grounder's NLL per planner turn, the
+    critic over episodes), which is not built.
+    """
+    families = sorted({t.family for t in tasks} - set(ROUND_FAMILIES))
+    if families:
+        raise RunError(
+            f"{what} cannot take tasks of family {', '.join(families)} yet (they take {', '.join(ROUND_FAMILIES)}): "
+            "web tasks run in Lumos's iterative formulation and MOAT per turn is not built; train and evaluate "
+            "them with recipe lumos (`coalign train CONFIG`, `coalign eval CONFIG`)"
+        )
 
 
 def report_skipped(label: str, record: dict, console: Console) -> None:
