@@ -67,8 +67,8 @@ def test_every_grounder_prompt_and_blank_is_the_tasks_familys(monkeypatch):
     assert qa_blank == format_subgoals([qa_suite.BLANK_SUBGOAL] * len(QA_IN[0].subgoals))
     assert qa_suite.BLANK_SUBGOAL in qa_suite.VAGUE_SUBGOALS and suite.BLANK_SUBGOAL not in qa_blank
     assert blank_plan(MATHS[0]) == format_subgoals([suite.BLANK_SUBGOAL] * len(MATHS[0].subgoals))
-    with pytest.raises(KeyError, match="no blank subgoal for family 'web'"):
-        blank_plan(type(MATHS[0])("w", "web", "webshop", "q", ("s",), (), "a"))
+    with pytest.raises(KeyError, match="no blank subgoal for family 'chess'"):
+        blank_plan(type(MATHS[0])("w", "chess", "chess", "q", ("s",), (), "a"))
 
 
 def test_qa_sets_are_scored_by_their_rule_and_have_no_string_match(monkeypatch):

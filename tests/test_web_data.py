@@ -15,11 +15,12 @@ import pytest
 
 from coalign.config import ConfigError, load_config
 from coalign.errors import DataError, RunError, SkippedRows
-from coalign.formats_iterative import parse_planner_messages
+from coalign.formats_iterative import parse_planner_messages, web_feedback
+from coalign.recipes.lumos import planner_examples
 from coalign.tasks.episodes import episode_for, gold_feedback
 from coalign.tasks.lumos import load_lumos_rows, load_lumos_tasks, save_lumos_rows, task_to_iterative_rows
 from coalign.tasks.mind2web import load_mind2web, node_texts
-from coalign.tasks.sources import load_data, load_sources, source_name
+from coalign.tasks.sources import load_data, load_sources, refuse_in_rounds, source_name
 from coalign.tasks.web_suite import generate_web_suite
 from coalign.tasks.webshop import load_catalogue, load_webshop
 from coalign.config import DataSource
@@ -230,7 +231,8 @@ def test_lumos_iterative_web_rows_load_as_web_tasks() -> None:
     assert len(ricky.actions) == len(ricky.subgoals) == 3 and "subgoal_actions" not in ricky.meta
     assert cruise.actions[1].endswith("TEXT: 6 nights)")
     plan = parse_planner_messages(load_lumos_rows(PLAN_ROWS)[0].messages)
-    assert list(plan.feedback) == gold_feedback(ricky)  # Lumos's feedback, as web_feedback writes it
+    assert list(plan.feedback) == [web_feedback(s) for s in ricky.subgoals]  # Lumos's feedback, as we write it
+    assert gold_feedback(ricky) == list(plan.feedback)  # kept from the row (meta["feedback"])
     assert plan.feedback[1] == "We have already click on the option to search for Ricky Kej. Should we stop planning?"
 
 
@@ -246,6 +248,8 @@ def test_web_tasks_round_trip_through_iterative_rows(tmp_path: Path) -> None:
     for task, loaded in zip(suite, load_lumos_tasks(tmp_path / "plan.jsonl", tmp_path / "ground.jsonl")):
         assert (loaded.question, loaded.subgoals, loaded.actions) == (task.question, task.subgoals, task.actions)
         assert (loaded.tools, loaded.action_groups()) == (task.tools, task.action_groups())
+        # a shopping task read from rows has no goal to replay, yet trains: the heard feedback came with it
+        assert planner_examples(loaded) == planner_examples(task)
     shop_planner = pairs[-1][0].messages
     assert shop_planner[2]["content"].startswith("The executed result for Subgoal 1 is b0")  # what Search found
 
@@ -268,7 +272,7 @@ def test_a_disagreeing_or_broken_iterative_pair_names_the_row(tmp_path: Path) ->
 # --------------------------------------------------------------------------- data sources
 
 
-def test_web_source_kinds_load_and_runs_refuse_them_until_the_iterative_loop_is_wired(tmp_path: Path) -> None:
+def test_web_source_kinds_load_for_runs_and_moat_rounds_refuse_them(tmp_path: Path) -> None:
     sources = [
         DataSource(kind="web_suite", split="heldout", n=3),
         DataSource(kind="mind2web", path=MIND2WEB),
@@ -279,8 +283,10 @@ def test_web_source_kinds_load_and_runs_refuse_them_until_the_iterative_loop_is_
     datasets = ("web-suite-heldout", "mind2web", "webshop", "web_agent")
     assert [len([t for t in tasks if t.dataset == d]) for d in datasets] == [3, 2, 2, 2]
     assert [source_name(s) for s in sources] == ["web-suite-heldout", "mind2web", "webshop", "lumos"]
-    with pytest.raises(RunError, match="family web cannot be trained or evaluated yet"):
-        load_data(sources[:1], skip_bad_rows=False)
+    tasks, record = load_data(sources[:1], skip_bad_rows=False)
+    assert record["tasks"] == 3
+    with pytest.raises(RunError, match="MOAT rounds cannot take tasks of family web yet"):
+        refuse_in_rounds(tasks, "MOAT rounds")
     config = tmp_path / "c.yaml"
     config.write_text("data:\n  train:\n    - kind: web_suite\n      split: train\n")
     with pytest.raises(ConfigError, match="kind 'web_suite' needs 'split' and 'n'"):
