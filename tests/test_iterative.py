@@ -274,3 +274,10 @@ def test_a_tiny_team_trains_on_maths_and_web_tasks_and_evaluates_web_sets(tmp_pa
     assert (
         len(rows) == 2 and {"planner_conversation", "actions", "score", "stop", "gold_subgoal_score"} <= rows[0].keys()
     )
+
+
+def test_the_bundled_web_config_holds_the_longest_gold_site_examples() -> None:
+    config = load_config("tiny-web")
+    assert [s.kind for s in config.data.train + config.data.heldin + config.data.heldout] == ["web_suite"] * 3
+    assert config.eval.max_turns > max(len(t.subgoals) for t in generate_web_suite("train", 300))
+    assert config.planner_sft.max_length >= 183 and config.grounder_sft.max_length >= 222  # measured, see the config
