@@ -174,6 +174,11 @@ class MoatSettings(Settings):
     share_prefix: bool = Field(
         False, description="stage-1 scoring runs the prompt prefix a task's K candidates share once (same scores)"
     )
+    web_turns_per_task: int | None = Field(
+        None,
+        ge=1,
+        description="planner turns sampled per web task each round (drawn once per seed and task); None = all",
+    )
 
     @model_validator(mode="after")
     def _runnable(self) -> "MoatSettings":

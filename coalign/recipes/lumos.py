@@ -22,6 +22,7 @@ from coalign.evaluate import evaluate_tasks, family_summaries, set_family, split
 from coalign.formats import lumos_chat, lumos_generation_prompt
 from coalign.formats_iterative import turn_examples
 from coalign.models import make_tiny_model
+from coalign.recipes.units import round_units
 from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, write_json, write_jsonl
 from coalign.stages.sft import sft
 from coalign.tasks import Task
@@ -254,19 +255,22 @@ def matched_rounds(
 ) -> dict:
     """The Agent Lumos baseline at MOAT's training budget: as many rounds, each continuing SFT on gold data.
 
-    Per round, the planner trains on the round's tasks' gold subgoals (`planner_round_sft`, where
-    MOAT runs DPO on at most one pair per task) and the grounder on as many gold examples as MOAT's
-    stage 2 builds with the execution critic (K per task, plus the mixed-in initial data), with
+    Per round, the planner trains on the gold output of each of MOAT's units (`recipes.units`: a onetime
+    task's gold subgoals, a web task's gold planner turn at each turn MOAT samples; `planner_round_sft`, where
+    MOAT runs DPO on at most one pair per unit) and the grounder on as many gold examples as MOAT's
+    stage 2 builds with the execution critic (K per unit, plus the mixed-in initial data), with
     MOAT's `grounder_round_sft` settings. So the gain of MOAT over this is what its data adds, not
     more steps.
     """
     history = {"round0": round0}
-    tasks, m, gold = round_tasks(config, train), config.moat, grounder_data(config, train)
-    built = len(tasks) * m.k
+    m, gold = config.moat, grounder_data(config, train)
+    units = round_units(round_tasks(config, train), m.web_turns_per_task, config.seed)
+    planner_gold = [(u.planner_prompt(), u.gold_planner_output()) for u in units]
+    built = len(units) * m.k
     n_grounder = built + min(len(gold), round(built * m.mix_ratio))
     for r in range(1, m.rounds + 1):
         planner = train_agent(
-            run, f"round{r}_planner_sft", planner, [planner_pair(t) for t in tasks], config.planner_round_sft,
+            run, f"round{r}_planner_sft", planner, planner_gold, config.planner_round_sft,
             config.seed, console, trust_remote_code=config.models.trust_remote_code,
         )  # fmt: skip
         pool = list(gold)

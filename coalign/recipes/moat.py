@@ -34,24 +34,25 @@ from rich.console import Console
 from coalign.agents import Agent, generate
 from coalign.config import RunConfig
 from coalign.errors import RunError
-from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals, planner_prompt
+from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.metrics import answer_correct
 from coalign.recipes.lumos import (
     cold_start,
     evaluate_run,
     grounder_data,
-    grounder_pair,
     load_split,
     prepare_run,
     round_tasks,
     train_agent,
 )
+from coalign.recipes.units import Unit, round_units, turn_subgoal
 from coalign.runs import Run, read_json, write_json, write_jsonl
 from coalign.stages.critic import CriticInput, make_critic, verdict_counts
 from coalign.stages.dpo import dpo
 from coalign.stages.pairs import auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
-from coalign.stages.sample import sample_candidates
+from coalign.stages.sample import sample_prompts
 from coalign.stages.score import score_completions
+from coalign.stages.turn_critic import judge_turn, judge_turns
 from coalign.tasks import Task
 from coalign.tasks.jsonl import read_jsonl
 from coalign.tasks.sources import refuse_in_rounds
@@ -75,29 +76,43 @@ def _subgoals(text: str) -> tuple[str, ...]:
         return (text,)
 
 
-def sample_stage(run: Run, r: int, config: RunConfig, planner: str, tasks: list[Task]) -> list[list[str]]:
-    """Stage 1a: K candidate subgoal texts per task."""
+def _tasks(units: list[Unit]) -> list[Task]:
+    """The distinct tasks of some units, in order."""
+    return list({id(u.task): u.task for u in units}.values())
+
+
+def _turn_info(units: list[Unit], info: dict, count) -> dict:
+    """A stage record with, when the round has web turns, the same counts over its turns alone (`turns`)."""
+    turns = [i for i, u in enumerate(units) if u.turn is not None]
+    return {**info, "turns": count(turns)} if turns else info
+
+
+def sample_stage(run: Run, r: int, config: RunConfig, planner: str, units: list[Unit]) -> list[list[str]]:
+    """Stage 1a: K candidate planner outputs per unit (a onetime task's plan, or a web task's next turn)."""
     stage, path = f"round{r}_sample", _file(run, r, "candidates.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
         torch.manual_seed(config.seed * 1000 + r)
         agent = Agent.load(planner, config.models.trust_remote_code)
-        candidates = sample_candidates(agent, tasks, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size)
-        write_jsonl(path, [{"id": t.id, "candidates": c} for t, c in zip(tasks, candidates)])
-        run.mark_done(stage, [path], {"tasks": len(tasks), "k": m.k}, started, inputs=[planner])
+        prompts = [u.planner_prompt() for u in units]
+        candidates = sample_prompts(agent, prompts, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size)
+        write_jsonl(path, [{**u.key, "candidates": c} for u, c in zip(units, candidates)])
+        info = _turn_info(units, {"tasks": len(_tasks(units)), "k": m.k}, len)
+        run.mark_done(stage, [path], info, started, inputs=[planner])
     return [row["candidates"] for row in _rows(path)]
 
 
-def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candidates) -> list[list[dict]]:
-    """Stage 1b: the grounder's NLL of each task's gold actions given each candidate."""
+def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candidates) -> list[list[dict]]:
+    """Stage 1b: the grounder's NLL of each unit's gold actions given each candidate (for a web turn: given
+    the grounder's gold conversation before the turn and the candidate's subgoal)."""
     stage, path = f"round{r}_score", _file(run, r, "scores.jsonl")
     if not run.is_done(stage):
         started = time.time()
         users, completions = [], []
-        for task, cands in zip(tasks, candidates):
-            gold = grounder_pair(task)[1]
+        for unit, cands in zip(units, candidates):
+            gold = unit.gold_actions()
             for cand in cands:
-                users.append(grounder_prompt(task.question, cand, task.family))
+                users.append(unit.grounder_prompt(cand))
                 completions.append(gold)
         agent = Agent.load(grounder, config.models.trust_remote_code)
         scores = score_completions(
@@ -106,7 +121,7 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
         k = config.moat.k
         rows = [
             {
-                "id": t.id,
+                **u.key,
                 "scores": [
                     {
                         "mean": s.value("mean"),
@@ -117,7 +132,7 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
                     for s in scores[i * k : (i + 1) * k]
                 ],
             }
-            for i, t in enumerate(tasks)
+            for i, u in enumerate(units)
         ]
         write_jsonl(path, rows)
         run.mark_done(
@@ -126,37 +141,47 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candi
     return [row["scores"] for row in _rows(path)]
 
 
-def pair_stage(run: Run, r: int, config: RunConfig, tasks, candidates, scores) -> list[dict]:
-    """Stage 1c: chosen = lowest NLL, rejected = highest; pairs under the gap threshold dropped."""
+def pair_stage(run: Run, r: int, config: RunConfig, units, candidates, scores) -> list[dict]:
+    """Stage 1c: chosen = lowest NLL, rejected = highest; pairs under the gap threshold dropped. A web turn's
+    pair has the planner's gold conversation so far as its prompt."""
     stage, path = f"round{r}_pairs", _file(run, r, "pairs.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
-        rows, values = [], [[s[m.score_reduction] for s in task_scores] for task_scores in scores]
-        for task, cands, task_values in zip(tasks, candidates, values):
-            pair = None if None in task_values else select_pair(task_values, m.pair_threshold, m.pair_gap_on)
+        rows, values = [], [[s[m.score_reduction] for s in unit_scores] for unit_scores in scores]
+        paired = []
+        for unit, cands, unit_values in zip(units, candidates, values):
+            pair = None if None in unit_values else select_pair(unit_values, m.pair_threshold, m.pair_gap_on)
+            paired.append(pair is not None)
             if pair is not None:
+                prompt = unit.planner_prompt()
                 rows.append(
                     {
-                        "id": task.id,
-                        "prompt": planner_prompt(task.question),
+                        **unit.key,
+                        "prompt": prompt if isinstance(prompt, str) else list(prompt),
                         "chosen": cands[pair.chosen],
                         "rejected": cands[pair.rejected],
                         "gap": pair.gap,
                     }
                 )
         write_jsonl(path, rows)
-        info = {
-            "pairs": len(rows),
-            "kept_fraction": len(rows) / max(1, len(tasks)),
-            **unpaired_counts(values, len(rows)),
-        }
+
+        def counts(of: list[int]) -> dict:
+            kept = sum(paired[i] for i in of)
+            return {
+                "pairs": kept,
+                "kept_fraction": kept / max(1, len(of)),
+                **unpaired_counts([values[i] for i in of], kept),
+            }
+
+        info = _turn_info(units, counts(list(range(len(units)))), counts)
         inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "scores.jsonl")]
         run.mark_done(stage, [path], info, started, inputs=inputs)
     return _rows(path)
 
 
 def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dict], console: Console) -> str:
-    """Stage 1d: DPO the planner; with no pair left, the planner is kept as it is."""
+    """Stage 1d: DPO the planner on every pair (onetime plans and web turns together); with no pair left,
+    the planner is kept as it is."""
     stage, out = f"round{r}_dpo", run.path("checkpoints", f"round{r}_planner")
     inputs = [planner, _file(run, r, "pairs.jsonl")]
     if not run.is_done(stage):
@@ -170,7 +195,10 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
             console.print(f"[bold]round {r} stage 1[/bold]: DPO on {len(pairs)} pairs")
             dpo(
                 planner,
-                [(p["prompt"], p["chosen"], p["rejected"]) for p in pairs],
+                [
+                    (p["prompt"] if isinstance(p["prompt"], str) else tuple(p["prompt"]), p["chosen"], p["rejected"])
+                    for p in pairs
+                ],
                 out,
                 config.planner_dpo,
                 config.seed,
@@ -181,13 +209,13 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
     return str(out) if run.stage_info(stage)["pairs"] else planner
 
 
-def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, candidates) -> list[list[str]]:
-    """Stage 2a: the grounder's actions for every (task, candidate)."""
+def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candidates) -> list[list[str]]:
+    """Stage 2a: the grounder's actions for every (unit, candidate); a web turn's in its gold conversation."""
     stage, path = f"round{r}_ground", _file(run, r, "groundings.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
         torch.manual_seed(config.seed * 1000 + 500 + r)
-        users = [grounder_prompt(t.question, c, t.family) for t, cands in zip(tasks, candidates) for c in cands]
+        users = [u.grounder_prompt(c) for u, cands in zip(units, candidates) for c in cands]
         outs = generate(
             Agent.load(grounder, config.models.trust_remote_code),
             users,
@@ -198,29 +226,38 @@ def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, tasks, cand
             desc="grounding every candidate",
         )
         flat = [o[0] for o in outs]
-        write_jsonl(path, [{"id": t.id, "actions": flat[i * m.k : (i + 1) * m.k]} for i, t in enumerate(tasks)])
+        write_jsonl(path, [{**u.key, "actions": flat[i * m.k : (i + 1) * m.k]} for i, u in enumerate(units)])
         inputs = [grounder, _file(run, r, "candidates.jsonl")]
         run.mark_done(stage, [path], {"groundings": len(flat)}, started, inputs=inputs)
     return [row["actions"] for row in _rows(path)]
 
 
-def critic_stage(run: Run, r: int, config: RunConfig, tasks, candidates, groundings) -> list[dict]:
-    """Stage 2b: the critic's verdict on each grounding (kept, corrected or dropped)."""
+def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundings) -> list[dict]:
+    """Stage 2b: the critic's verdict on each grounding (kept, corrected or dropped). Onetime groundings go
+    to the configured critic (`stages.critic`), web turns to the per-turn one (`stages.turn_critic`)."""
     stage, path = f"round{r}_critic", _file(run, r, "verdicts.jsonl")
     if not run.is_done(stage):
-        started = time.time()
-        critic = make_critic(config.moat.critic, **config.moat.critic_options)
-        items = [
-            CriticInput(task=t, subgoals=_subgoals(c), actions=a)
-            for t, cands, acts in zip(tasks, candidates, groundings)
+        started, m = time.time(), config.moat
+        critic = make_critic(m.critic, **m.critic_options)
+        onetime = [
+            (unit, c, a)
+            for unit, cands, acts in zip(units, candidates, groundings)
             for c, a in zip(cands, acts)
+            if unit.turn is None
         ]
+        turns = [
+            (unit, c, a)
+            for unit, cands, acts in zip(units, candidates, groundings)
+            for c, a in zip(cands, acts)
+            if unit.turn is not None
+        ]
+        items = [CriticInput(task=unit.task, subgoals=_subgoals(c), actions=a) for unit, c, a in onetime]
         verdicts = critic.judge(items)
         rows = [
             {
                 "id": item.task.id,
                 "subgoals": list(v.corrected_subgoals or item.subgoals)
-                if config.moat.use_corrected_subgoals
+                if m.use_corrected_subgoals
                 else list(item.subgoals),
                 "generated": item.actions,
                 "success": v.success,
@@ -229,9 +266,26 @@ def critic_stage(run: Run, r: int, config: RunConfig, tasks, candidates, groundi
             }
             for item, v in zip(items, verdicts)
         ]
-        write_jsonl(path, rows)
-        info = {**verdict_counts(verdicts), "critic": critic.name, **getattr(critic, "stats", {})}
-        if verdicts and not info["usable"]:  # not marked done: a rerun asks the critic again
+        turn_verdicts = judge_turns(m.critic, [(unit.task, unit.turn, a) for unit, _, a in turns]) if turns else []
+        turn_rows = [
+            {
+                **unit.key,
+                "subgoals": [turn_subgoal(c)],
+                "generated": a,
+                "success": v.success,
+                "actions": v.actions,
+                "note": v.note,
+            }
+            for (unit, c, a), v in zip(turns, turn_verdicts)
+        ]
+        ordered, sources = [], {True: iter(rows), False: iter(turn_rows)}  # unit order, K verdicts each
+        for unit, cands in zip(units, candidates):
+            ordered += [next(sources[unit.turn is None]) for _ in cands]
+        write_jsonl(path, ordered)
+        info = {**verdict_counts(verdicts + turn_verdicts), "critic": critic.name, **getattr(critic, "stats", {})}
+        if turn_verdicts:
+            info["turns"] = verdict_counts(turn_verdicts)
+        if ordered and not info["usable"]:  # not marked done: a rerun asks the critic again
             raise RunError(
                 f"round {r} stage 2: the {critic.name} critic gave no verdict to train on ({info}). "
                 f"Check the critic (its server at critic_options.base_url, the key named by api_key_env) "
@@ -242,16 +296,22 @@ def critic_stage(run: Run, r: int, config: RunConfig, tasks, candidates, groundi
     return _rows(path)
 
 
+def _critic_example(verdict: dict, units: dict, tasks: dict):
+    """The SFT example a verdict row gives: (grounder prompt with the candidate's subgoals, kept or corrected
+    actions); for a web turn the prompt is the grounder's gold conversation before the turn and the subgoal."""
+    if "turn" in verdict:
+        return units[verdict["id"], verdict["turn"]].grounder_prompt_for(verdict["subgoals"][0]), verdict["actions"]
+    task = tasks[verdict["id"]]
+    return grounder_prompt(task.question, format_subgoals(verdict["subgoals"]), task.family), verdict["actions"]
+
+
 def grounder_stage(
-    run: Run, r: int, config: RunConfig, grounder: str, tasks, verdicts, initial: list, console: Console
+    run: Run, r: int, config: RunConfig, grounder: str, units, verdicts, initial: list, console: Console
 ) -> str:
     """Stage 2c: SFT the grounder on critic-built data mixed with its initial data (`initial` examples)."""
-    by_id = {t.id: t for t in tasks}
-    built = [
-        (grounder_prompt(by_id[v["id"]].question, format_subgoals(v["subgoals"]), by_id[v["id"]].family), v["actions"])
-        for v in verdicts
-        if v["actions"]
-    ]
+    tasks = {u.task.id: u.task for u in units}
+    by_turn = {(u.task.id, u.turn): u for u in units if u.turn is not None}
+    built = [_critic_example(v, by_turn, tasks) for v in verdicts if v["actions"]]
     rng = random.Random(config.seed * 1000 + r)
     n_initial = min(len(initial), round(len(built) * config.moat.mix_ratio))
     examples = built + rng.sample(initial, n_initial)
@@ -277,20 +337,26 @@ def _premise(nll: list[float], success: list[bool]) -> dict:
     }
 
 
-def round_premise(tasks, scores, groundings, reduction: str) -> dict:
+def round_premise(units, scores, groundings, reduction: str) -> dict:
     """Does a candidate's grounder NLL predict whether its grounding succeeds? (never measured in the paper)
 
+    Success is the execution critic's judgement: a onetime grounding reaches the right answer, a web turn's
+    grounding is right by `turn_critic.judge_turn` (a site's step, the shop's turn result).
     With several task families, also per family (`by_family`): NLL levels and success rates differ
     between families, so the pooled figures can show a link that none of the families has.
     """
     nll: dict[str, list[float]] = defaultdict(list)
     success: dict[str, list[bool]] = defaultdict(list)
-    for task, task_scores, acts in zip(tasks, scores, groundings):
-        for s, a in zip(task_scores, acts):
+    for unit, unit_scores, acts in zip(units, scores, groundings):
+        task = unit.task
+        for s, a in zip(unit_scores, acts):
             if s[reduction] is None:  # the content reduction of a task without tool arguments
                 continue
             nll[task.family].append(s[reduction])
-            ok = answer_correct(execute(a, task.family).answer, task.answer, task.family, task.dataset)
+            if unit.turn is None:
+                ok = answer_correct(execute(a, task.family).answer, task.answer, task.family, task.dataset)
+            else:
+                ok = judge_turn(task, unit.turn, a).success
             success[task.family].append(ok)
     pooled = _premise([x for v in nll.values() for x in v], [x for v in success.values() for x in v])
     if len(nll) > 1:
@@ -304,33 +370,46 @@ def run_moat(config: RunConfig, run_dir: str | Path, console: Console, force: bo
     run = prepare_run(config, run_dir, console, force)
     train = load_split(run, config, config.data.train, "train", console)
     refuse_in_rounds(train, "MOAT rounds")
+    refuse_llm_critic_on_turns(config, train)
     planner, grounder = cold_start(run, config, train, console)
     round0 = evaluate_run(run, config, planner, grounder, console, name="round0_eval")
     return moat_rounds(run, config, train, planner, grounder, round0, console)
 
 
+def refuse_llm_critic_on_turns(config: RunConfig, train: list[Task]) -> None:
+    """RunError before any work when an LLM critic would have to judge web turns (`turn_critic`)."""
+    m = config.moat
+    if m.stage2 and m.critic == "llm" and any(t.iterative for t in round_tasks(config, train)):
+        raise RunError(
+            "moat.critic llm cannot judge web turns (its prompt judges whole action sequences against a final "
+            "answer); use moat.critic: execution or none for runs with web tasks"
+        )
+
+
 def moat_rounds(
     run: Run, config: RunConfig, train: list[Task], planner: str, grounder: str, round0: dict, console: Console
 ) -> dict:
-    """Algorithm 1's loop from cold-start checkpoints; returns the evaluation after every round."""
+    """Algorithm 1's loop from cold-start checkpoints; returns the evaluation after every round.
+    A onetime task is one unit of every stage, a web task one unit per planner turn (`recipes.units`)."""
+    refuse_llm_critic_on_turns(config, train)
     history = {"round0": round0}
-    tasks = round_tasks(config, train)
-    initial = grounder_data(config, train)
     m = config.moat
+    units = round_units(round_tasks(config, train), m.web_turns_per_task, config.seed)
+    initial = grounder_data(config, train)
     for r in range(1, m.rounds + 1):
-        candidates = sample_stage(run, r, config, planner, tasks)
-        scores = score_stage(run, r, config, grounder, tasks, candidates)
+        candidates = sample_stage(run, r, config, planner, units)
+        scores = score_stage(run, r, config, grounder, units, candidates)
         premise: dict = {}
         if m.stage1:
-            pairs = pair_stage(run, r, config, tasks, candidates, scores)
+            pairs = pair_stage(run, r, config, units, candidates, scores)
             new_planner = dpo_stage(run, r, config, planner, pairs, console)
         else:
             new_planner = planner
         if m.stage2:
-            groundings = ground_stage(run, r, config, grounder, tasks, candidates)
-            premise = round_premise(tasks, scores, groundings, m.score_reduction)
-            verdicts = critic_stage(run, r, config, tasks, candidates, groundings)
-            grounder = grounder_stage(run, r, config, grounder, tasks, verdicts, initial, console)
+            groundings = ground_stage(run, r, config, grounder, units, candidates)
+            premise = round_premise(units, scores, groundings, m.score_reduction)
+            verdicts = critic_stage(run, r, config, units, candidates, groundings)
+            grounder = grounder_stage(run, r, config, grounder, units, verdicts, initial, console)
         planner = new_planner
         history[f"round{r}"] = evaluate_run(run, config, planner, grounder, console, name=f"round{r}_eval")
         write_json(run.path(f"round{r}", "premise.json"), premise)

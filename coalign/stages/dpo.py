@@ -19,13 +19,16 @@ from coalign.stages.training import train_and_save, trainer_args
 
 def dpo(
     init: str | Path,
-    triples: Sequence[tuple[str, str, str]],
+    triples: Sequence[tuple[str | Sequence[dict[str, str]], str, str]],
     out_dir: str | Path,
     settings: DPOSettings,
     seed: int = 0,
     trust_remote_code: bool = False,
 ) -> Path:
-    """Train the model at `init` on (user turn, chosen, rejected) triples; save to `out_dir`."""
+    """Train the model at `init` on (prompt, chosen, rejected) triples; save to `out_dir`.
+
+    A prompt is one user turn, or a conversation so far ending with a user turn (a web task's planner turn,
+    MOAT per turn); `models.render_prompt` renders both as SFT and generation do."""
     if not triples:
         raise ValueError(f"no preference pairs for {out_dir}: every candidate gap fell below the threshold")
     out = Path(out_dir)

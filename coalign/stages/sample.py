@@ -1,4 +1,5 @@
-"""MOAT stage 1, step 1: sample K subgoal sequences per task from the planner.
+"""MOAT stage 1, step 1: sample K subgoal sequences per task from the planner (or, for a web task, K next
+planner turns per turn of its gold conversation: `sample_prompts` takes conversations as well).
 
 One `generate` call per batch with `num_return_sequences=K` (the authors' release made K
 separate calls); candidates are kept as texts, so malformed ones are scored and judged like
@@ -24,9 +25,23 @@ def sample_candidates(
     batch_size: int,
 ) -> list[list[str]]:
     """K sampled subgoal texts per task, in task order."""
+    return sample_prompts(
+        planner, [planner_prompt(t.question) for t in tasks], k, temperature, top_p, max_new_tokens, batch_size
+    )
+
+
+def sample_prompts(
+    planner: Agent,
+    users: Sequence[str | Sequence[dict[str, str]]],
+    k: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    batch_size: int,
+) -> list[list[str]]:
+    """K sampled continuations per planner prompt (a user turn, or a conversation so far), in input order."""
     if k < 1:
         raise ValueError(f"K must be at least 1, got {k}")
-    users = [planner_prompt(t.question) for t in tasks]
     per_batch = max(1, batch_size // k)
     return generate(
         planner,
