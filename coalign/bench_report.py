@@ -98,8 +98,42 @@ def _columns(results: dict) -> list[tuple[str, str | None]]:
     return cols
 
 
-def _headers(cols) -> list[str]:
-    return [f"{d} ({s})" if d else f"{s} avg" for s, d in cols]
+def set_metric(results: dict, split: str, dataset: str) -> str | None:
+    """The benchmark metric a set's accuracy column holds when it is not accuracy (web sets: Mind2Web's
+    `step_success_rate`, WebShop's `reward`), else None."""
+    return _round0_block(results, split).get("sets", {}).get(dataset, {}).get("metric")
+
+
+def _headers(results: dict, cols) -> list[str]:
+    def label(split: str, dataset: str | None) -> str:
+        if not dataset:
+            return f"{split} avg"
+        metric = set_metric(results, split, dataset)
+        return f"{dataset} ({split}, {metric.replace('_', ' ')})" if metric else f"{dataset} ({split})"
+
+    return [label(s, d) for s, d in cols]
+
+
+def ppl_key(results: dict, split: str, dataset: str | None = None, family: str | None = None) -> str:
+    """The grounding PPL a column shows: `grounding_ppl` (gold actions given the planner's subgoals), or for
+    web sets and the web family `grounding_ppl_gold_subgoals` (given the gold subgoals, turn by turn: the
+    planner's turns need not align with the gold action groups; see `evaluate.gold_grounding_ppl`)."""
+    block = _round0_block(results, split)
+    if dataset:
+        m = block.get("sets", {}).get(dataset, {})
+    elif family:
+        m = block.get("family_average", {}).get(family, {})
+    else:
+        m = block.get("average", {})
+    return (
+        "grounding_ppl_gold_subgoals"
+        if "grounding_ppl" not in m and "grounding_ppl_gold_subgoals" in m
+        else "grounding_ppl"
+    )
+
+
+def _ppl_suffix(key: str) -> str:
+    return " [gold sg]" if key == "grounding_ppl_gold_subgoals" else ""
 
 
 def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: str = "accuracy", label=None) -> str:
@@ -113,7 +147,7 @@ def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: s
     for recipe in recipes:
         if recipe in results["runs"]:
             rows.append([label(recipe)] + [fmt(values(results, recipe, final, s, metric, d)) for s, d in cols])
-    return _table(["method"] + _headers(cols), rows)
+    return _table(["method"] + _headers(results, cols), rows)
 
 
 def _ppl_columns(results: dict) -> list[tuple[str, str | None, str | None]]:
@@ -128,18 +162,23 @@ def _ppl_columns(results: dict) -> list[tuple[str, str | None, str | None]]:
 
 def ppl_table(results: dict, recipes: list[str]) -> str:
     """Grounding PPL of the gold actions given the planner's subgoals, before and after the rounds (Table 4),
-    per evaluation set and per task family."""
+    per evaluation set and per task family; web columns (marked "[gold sg]") hold it given the gold subgoals."""
     final, cols = rounds_of(results)[-1], _ppl_columns(results)
+    keys = [ppl_key(results, s, d, f) for s, d, f in cols]
     rows = []
     for recipe in recipes:
         if recipe in results["runs"]:
             for label, round_ in (("round 0", "round0"), (final.replace("round", "round "), final)):
                 row = [f"{name(recipe)}, {label}"]
                 row += [
-                    fmt(values(results, recipe, round_, s, "grounding_ppl", d, f), percent=False) for s, d, f in cols
+                    fmt(values(results, recipe, round_, s, key, d, f), percent=False)
+                    for (s, d, f), key in zip(cols, keys)
                 ]
                 rows.append(row)
-    headers = [f"{d} ({s})" if d else f"{s} {f} avg" if f else f"{s} avg" for s, d, f in cols]
+    headers = [
+        (f"{d} ({s})" if d else f"{s} {f} avg" if f else f"{s} avg") + _ppl_suffix(key)
+        for (s, d, f), key in zip(cols, keys)
+    ]
     return _table(["method"] + headers, rows)
 
 
@@ -159,14 +198,17 @@ def per_round_table(results: dict, recipes: list[str]) -> str:
                     fmt(values(results, recipe, round_, split, "capability_gap")),
                 ]
                 row += [
-                    fmt(values(results, recipe, round_, split, "grounding_ppl", family=f), percent=False)
+                    fmt(values(results, recipe, round_, split, ppl_key(results, split, family=f), family=f), False)
                     for f in fams[split]
                 ]
             rows.append(row)
     headers = ["method", "round"]
     for split, label in (("heldin", "held-in"), ("heldout", "held-out")):
         headers += [f"{label} acc", f"{label} gold-sg acc", f"{label} gap"]
-        headers += [f"{label} {f} PPL" if f else f"{label} PPL" for f in fams[split]]
+        headers += [
+            (f"{label} {f} PPL" if f else f"{label} PPL") + _ppl_suffix(ppl_key(results, split, family=f))
+            for f in fams[split]
+        ]
     return _table(headers, rows)
 
 
@@ -244,6 +286,17 @@ def premise_table(results: dict, recipes: list[str]) -> str:
     return _table(headers + ["pairs kept (%)", "DPO reward acc, last log (%)"], rows)
 
 
+def _ppl_note(table: str) -> list[str]:
+    """The PPL table's note on web columns, when it has any."""
+    if "[gold sg]" not in table:
+        return []
+    return [
+        "Columns marked [gold sg] (web sets) hold the grounder's PPL of the gold actions given the gold subgoals, "
+        "turn by turn: a web planner's turns need not align with the gold action groups.",
+        "",
+    ]
+
+
 def report_markdown(results: dict) -> str:
     """The whole report: what ran, then one table per claim."""
     recipes = results["recipes"]
@@ -280,6 +333,7 @@ def report_markdown(results: dict) -> str:
     lines += [
         "## Grounding PPL of the gold actions given the planner's subgoals (Table 4 analogue; lower is better)",
         "",
+        *_ppl_note(ppl_table(results, main)),
         ppl_table(results, main),
         "",
         "## Every round (Figure 4 in numbers): accuracy, grounder accuracy on gold subgoals, capability gap "
@@ -319,13 +373,13 @@ def _plot_rounds(results: dict, path: Path) -> None:
         if metric == "grounding_ppl" and fams:  # one line per family: PPLs of families do not average
             lines = [(recipe, f) for recipe in recipes for f in fams]
         for recipe, family in lines:
+            key = ppl_key(results, split, family=family) if metric == "grounding_ppl" else metric
             stats = [
-                mean_std(
-                    [scale * v for v in values(results, recipe, r, split, metric, family=family)] or [float("nan")]
-                )
+                mean_std([scale * v for v in values(results, recipe, r, split, key, family=family)] or [float("nan")])
                 for r in rounds
             ]
             label = f"{name(recipe)} ({family})" if family and len(fams) > 1 else name(recipe)
+            label += _ppl_suffix(key)
             ax.errorbar(range(len(rounds)), [m for m, _ in stats], yerr=[s for _, s in stats], label=label, capsize=3)
         ax.set_title(title)
         ax.set_xlabel("round")

@@ -44,7 +44,8 @@ def eval_rows(results: dict) -> list[list[str]]:
     for split in ("heldin", "heldout"):
         block = results.get(split, {})
         for name, m in block.get("sets", {}).items():
-            rows.append([split, name, str(m["n"])] + [_cell(k, m.get(k)) for k, _ in COLUMNS])
+            label = f"{name} ({m['metric'].replace('_', ' ')})" if m.get("metric") else name  # web: what acc holds
+            rows.append([split, label, str(m["n"])] + [_cell(k, m.get(k)) for k, _ in COLUMNS])
         if block.get("sets"):
             avg = block["average"]
             rows.append([split, "average", ""] + [_cell(k, avg.get(k)) for k, _ in COLUMNS])

@@ -17,6 +17,19 @@ from coalign.models import load_model, load_tokenizer, render_prompt
 from coalign.stages.training import train_and_save, trainer_args
 
 
+def dpo_dataset(tokenizer, triples: Sequence[tuple[str | Sequence[dict[str, str]], str, str]]) -> Dataset:
+    """Rows in TRL's standard (non-conversational) preference format: the prompt rendered as SFT and generation
+    render it (one user turn, or a conversation so far), chosen and rejected ending with EOS."""
+    eos = tokenizer.eos_token
+    return Dataset.from_dict(
+        {
+            "prompt": [render_prompt(tokenizer, user) for user, _, _ in triples],
+            "chosen": [chosen + eos for _, chosen, _ in triples],
+            "rejected": [rejected + eos for _, _, rejected in triples],
+        }
+    )
+
+
 def dpo(
     init: str | Path,
     triples: Sequence[tuple[str | Sequence[dict[str, str]], str, str]],
@@ -35,14 +48,7 @@ def dpo(
     tokenizer = load_tokenizer(init, trust_remote_code)
     tokenizer.padding_side = "right"
     model = load_model(init, trust_remote_code, dtype="float32")
-    eos = tokenizer.eos_token
-    data = Dataset.from_dict(
-        {
-            "prompt": [render_prompt(tokenizer, user) for user, _, _ in triples],
-            "chosen": [chosen + eos for _, chosen, _ in triples],
-            "rejected": [rejected + eos for _, _, rejected in triples],
-        }
-    )
+    data = dpo_dataset(tokenizer, triples)
     config = DPOConfig(
         beta=settings.beta,
         loss_type=[settings.loss_type],

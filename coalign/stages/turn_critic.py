@@ -4,9 +4,10 @@ MOAT per turn (`recipes.units`) grounds each (gold prefix, candidate subgoal) an
 episode is put in its state at turn t by running the gold actions of turns 1..t-1 (what the gold prefix the
 grounder read says was done), then the turn's actions run in it:
 
-- a site (Mind2Web-like, `SiteEpisode`): right when the turn takes exactly as many steps as the gold turn and
-  every one is right by Mind2Web's rule (`web_metrics.step_correct`: a positive element, the operation, and
-  for TYPE/SELECT the value), the rule the step success rate counts;
+- a site (Mind2Web-like, `SiteEpisode`): right when the turn takes exactly as many steps as the gold turn,
+  every one right by Mind2Web's rule (`web_metrics.step_correct`: a positive element, the operation, and
+  for TYPE/SELECT the value), the rule the step success rate counts, and no action fails (e.g. one past
+  the last step);
 - the shop (WebShop-like, `ShopEpisode`): right when no action fails and the turn ends where the gold turn
   does: the same last result (the search's items, the picked item, the page clicked to), the same done state
   and the same reward. A different route to the same result counts as right; an equally good item other
@@ -57,12 +58,13 @@ def judge_turn(task: Task, turn: int, actions: str) -> Verdict:
             return Verdict(False, corrected, note="a different result from the gold turn's")
         return Verdict(True, actions, note="same result as the gold turn")
     before = len(episode.flags)
-    episode.act(actions)
+    errors = [r.error for r in episode.act(actions).records if r.error]
     flags = episode.flags[before:]
     if len(flags) != len(gold):
         return Verdict(False, corrected, note=f"{len(flags)} steps taken where the gold turn takes {len(gold)}")
-    if not all(flags):
-        return Verdict(False, corrected, note="wrong step (element, operation or value)")
+    if not all(flags) or errors:
+        why = f": {errors[0]}" if errors else ""
+        return Verdict(False, corrected, note=f"wrong step (element, operation or value){why}"[:300])
     return Verdict(True, actions, note="right step")
 
 
