@@ -32,7 +32,7 @@ from coalign.recipes.lumos import (
     prepare_run,
     record_config,
 )
-from coalign.recipes.moat import moat_rounds
+from coalign.recipes.moat import moat_rounds, refuse_llm_critic_on_turns
 from coalign.runs import Run, read_json, write_json
 from coalign.tasks.sources import load_data, refuse_in_rounds, report_skipped
 
@@ -134,6 +134,9 @@ def run_bench(
         record_config(Run(recipe_dir), configs[key], force)
     train, data = load_data(config.data.train, config.data.skip_bad_rows)
     refuse_in_rounds(train, "coalign bench")
+    for key in configs:
+        if configs[key].recipe == "moat":
+            refuse_llm_critic_on_turns(configs[key], train)  # before any cold start
     report_skipped("train", data, console)
     for s in seeds:
         initial_models(prepare_run(cold_configs[s], cold[s], console), cold_configs[s], train, console)

@@ -236,6 +236,9 @@ def test_an_llm_critic_is_refused_before_any_work_on_web_tasks(tmp_path) -> None
     with pytest.raises(RunError, match="llm cannot judge web turns"):
         run_moat(config, tmp_path, Console(quiet=True))
     assert not (tmp_path / "stages").exists()
+    with pytest.raises(RunError, match="llm cannot judge web turns"):
+        run_bench(config, tmp_path / "bench", [0], ["moat"], workers=1, console=Console(quiet=True))
+    assert not (tmp_path / "bench" / "seed0" / "cold_start" / "stages").exists()
 
 
 def test_the_premise_counts_web_turns_by_the_turn_critic(site) -> None:

@@ -11,6 +11,13 @@
                  SFT the grounder on that data mixed 1:1 with its initial data
         evaluate
 
+Every stage works on units (`recipes.units`): a onetime task (maths, QA) is one unit, its plan and
+action sequence whole, exactly as before units existed; a web task (Lumos's iterative formulation) gives
+one unit per planner turn of its gold conversation: K next turns sampled against the gold prefix, each
+scored by the grounder's NLL of that turn's gold actions in the grounder's gold prefix, paired per turn,
+grounded per turn and judged per turn (`stages.turn_critic`; the LLM critic has no per-turn prompt and is
+refused for rounds with web tasks). DPO and the grounder's SFT take every unit's data together.
+
 Every step writes its artifact into the run folder before it is marked done, so a killed run
 resumes at the first unfinished step. `moat.stage1` / `moat.stage2` / `moat.critic: none` give
 the paper's ablations from the same config.
@@ -76,6 +83,18 @@ def _subgoals(text: str) -> tuple[str, ...]:
         return (text,)
 
 
+def _units(items) -> list[Unit]:
+    """Units as given, a onetime Task taken as its unit (the stages' callers may pass onetime tasks)."""
+    out = []
+    for item in items:
+        if isinstance(item, Task):
+            if item.iterative:
+                raise ValueError(f"task {item.id!r} is iterative: pass its units (recipes.units.task_units)")
+            item = Unit(item)
+        out.append(item)
+    return out
+
+
 def _tasks(units: list[Unit]) -> list[Task]:
     """The distinct tasks of some units, in order."""
     return list({id(u.task): u.task for u in units}.values())
@@ -89,6 +108,7 @@ def _turn_info(units: list[Unit], info: dict, count) -> dict:
 
 def sample_stage(run: Run, r: int, config: RunConfig, planner: str, units: list[Unit]) -> list[list[str]]:
     """Stage 1a: K candidate planner outputs per unit (a onetime task's plan, or a web task's next turn)."""
+    units = _units(units)
     stage, path = f"round{r}_sample", _file(run, r, "candidates.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
@@ -105,6 +125,7 @@ def sample_stage(run: Run, r: int, config: RunConfig, planner: str, units: list[
 def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candidates) -> list[list[dict]]:
     """Stage 1b: the grounder's NLL of each unit's gold actions given each candidate (for a web turn: given
     the grounder's gold conversation before the turn and the candidate's subgoal)."""
+    units = _units(units)
     stage, path = f"round{r}_score", _file(run, r, "scores.jsonl")
     if not run.is_done(stage):
         started = time.time()
@@ -144,6 +165,7 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candi
 def pair_stage(run: Run, r: int, config: RunConfig, units, candidates, scores) -> list[dict]:
     """Stage 1c: chosen = lowest NLL, rejected = highest; pairs under the gap threshold dropped. A web turn's
     pair has the planner's gold conversation so far as its prompt."""
+    units = _units(units)
     stage, path = f"round{r}_pairs", _file(run, r, "pairs.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
@@ -211,6 +233,7 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
 
 def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candidates) -> list[list[str]]:
     """Stage 2a: the grounder's actions for every (unit, candidate); a web turn's in its gold conversation."""
+    units = _units(units)
     stage, path = f"round{r}_ground", _file(run, r, "groundings.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
@@ -235,6 +258,7 @@ def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, units, cand
 def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundings) -> list[dict]:
     """Stage 2b: the critic's verdict on each grounding (kept, corrected or dropped). Onetime groundings go
     to the configured critic (`stages.critic`), web turns to the per-turn one (`stages.turn_critic`)."""
+    units = _units(units)
     stage, path = f"round{r}_critic", _file(run, r, "verdicts.jsonl")
     if not run.is_done(stage):
         started, m = time.time(), config.moat
@@ -309,6 +333,7 @@ def grounder_stage(
     run: Run, r: int, config: RunConfig, grounder: str, units, verdicts, initial: list, console: Console
 ) -> str:
     """Stage 2c: SFT the grounder on critic-built data mixed with its initial data (`initial` examples)."""
+    units = _units(units)
     tasks = {u.task.id: u.task for u in units}
     by_turn = {(u.task.id, u.turn): u for u in units if u.turn is not None}
     built = [_critic_example(v, by_turn, tasks) for v in verdicts if v["actions"]]
@@ -345,6 +370,7 @@ def round_premise(units, scores, groundings, reduction: str) -> dict:
     With several task families, also per family (`by_family`): NLL levels and success rates differ
     between families, so the pooled figures can show a link that none of the families has.
     """
+    units = _units(units)
     nll: dict[str, list[float]] = defaultdict(list)
     success: dict[str, list[bool]] = defaultdict(list)
     for unit, unit_scores, acts in zip(units, scores, groundings):

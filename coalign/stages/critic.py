@@ -5,7 +5,8 @@ corrected actions when they do not (Algorithm 1). Three critics share one interf
 
 - `ExecutionCritic` (default, offline): runs the actions; the correction is the task's gold actions.
 - `NoCritic`: the "w/o critic" ablation, every sample is kept as generated.
-- `LLMCritic`: the paper's critic prompt against an LLM (an OpenAI-compatible server such as vLLM,
+- `LLMCritic` (onetime tasks only: web turns are judged by `stages.turn_critic`, which refuses it): the
+  paper's critic prompt against an LLM (an OpenAI-compatible server such as vLLM,
   or a local transformers model). Its calls are bounded (concurrency, retries, a total budget)
   and counted in `stats`, because at paper scale a round makes |D| x K of them.
 
