@@ -2,13 +2,22 @@
 
 import pytest
 
-from coalign.config import ConfigError, load_config
+from coalign.config import BUNDLED, ConfigError, load_config
+from coalign.tasks.sources import load_sources
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in BUNDLED.glob("*.yaml")))
 def test_bundled_configs_validate(name):
     config = load_config(name)
     assert config.data.train
+
+
+def test_six_column_config_evaluates_every_family_held_in_and_held_out():
+    """tiny-six gives the paper's six columns: maths, QA and web sets on both splits."""
+    config = load_config("tiny-six")
+    for sources in (config.data.train, config.data.heldin, config.data.heldout):
+        tasks = load_sources([s.model_copy(update={"n": 3}) for s in sources])
+        assert {t.family for t in tasks} == {"maths", "qa", "web"}
 
 
 def test_paper_config_holds_the_papers_sft_settings():
