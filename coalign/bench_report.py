@@ -45,6 +45,15 @@ def rounds_of(results: dict) -> list[str]:
     return [f"round{r}" for r in range(results["config"]["moat"]["rounds"] + 1)]
 
 
+def _metrics_of(block: dict, dataset: str | None, family: str | None) -> dict:
+    """A split's metrics for one evaluation set, one family's average, or (neither given) the split's average."""
+    if dataset:
+        return block.get("sets", {}).get(dataset, {})
+    if family:
+        return block.get("family_average", {}).get(family, {})
+    return block.get("average", {})
+
+
 def values(
     results: dict,
     recipe: str,
@@ -57,13 +66,7 @@ def values(
     """One metric over the seeds: one evaluation set's value, one family's average, or the split's average."""
     out = []
     for run in results["runs"].get(recipe, {}).values():
-        block = run["rounds"].get(round_, {}).get(split, {})
-        if dataset:
-            m = block.get("sets", {}).get(dataset, {})
-        elif family:
-            m = block.get("family_average", {}).get(family, {})
-        else:
-            m = block.get("average", {})
+        m = _metrics_of(run["rounds"].get(round_, {}).get(split, {}), dataset, family)
         if metric in m:
             out.append(m[metric])
     return out
@@ -118,13 +121,7 @@ def ppl_key(results: dict, split: str, dataset: str | None = None, family: str |
     """The grounding PPL a column shows: `grounding_ppl` (gold actions given the planner's subgoals), or for
     web sets and the web family `grounding_ppl_gold_subgoals` (given the gold subgoals, turn by turn: the
     planner's turns need not align with the gold action groups; see `evaluate.gold_grounding_ppl`)."""
-    block = _round0_block(results, split)
-    if dataset:
-        m = block.get("sets", {}).get(dataset, {})
-    elif family:
-        m = block.get("family_average", {}).get(family, {})
-    else:
-        m = block.get("average", {})
+    m = _metrics_of(_round0_block(results, split), dataset, family)
     return (
         "grounding_ppl_gold_subgoals"
         if "grounding_ppl" not in m and "grounding_ppl_gold_subgoals" in m

@@ -11,23 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coalign.agents import Agent, generate
-from coalign.formats import planner_prompt
-from coalign.tasks import Task
-
-
-def sample_candidates(
-    planner: Agent,
-    tasks: Sequence[Task],
-    k: int,
-    temperature: float,
-    top_p: float,
-    max_new_tokens: int,
-    batch_size: int,
-) -> list[list[str]]:
-    """K sampled subgoal texts per task, in task order."""
-    return sample_prompts(
-        planner, [planner_prompt(t.question) for t in tasks], k, temperature, top_p, max_new_tokens, batch_size
-    )
 
 
 def sample_prompts(
