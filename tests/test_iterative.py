@@ -28,6 +28,7 @@ from coalign.tasks.sources import load_data, refuse_in_rounds
 from coalign.tasks.suite import generate_suite
 from coalign.tasks.web_suite import BLANK_SUBGOAL, generate_web_suite
 from coalign.config import DataSource
+from tests.test_pipeline import TINY
 
 SITES = generate_web_suite("heldin", 6)
 SHOP = generate_web_suite("heldout", 3)
@@ -228,24 +229,13 @@ def test_runs_and_moat_rounds_take_web_tasks() -> None:
 # --------------------------------------------------------------------------- end to end
 
 WEB_RUN = {
+    **TINY,
     "name": "web-test",
     "data": {
         "train": [{"kind": "suite", "split": "train", "n": 8}, {"kind": "web_suite", "split": "train", "n": 8}],
         "heldin": [{"kind": "web_suite", "split": "heldin", "n": 3}],
         "heldout": [{"kind": "web_suite", "split": "heldout", "n": 2}],
     },
-    "models": {
-        "tiny": {
-            "vocab_size": 400,
-            "hidden_size": 32,
-            "num_layers": 1,
-            "num_heads": 2,
-            "num_kv_heads": 2,
-            "intermediate_size": 64,
-        }
-    },
-    "planner_sft": {"learning_rate": 1e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
-    "grounder_sft": {"learning_rate": 1e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
     "eval": {"batch_size": 8, "max_new_tokens_plan": 12, "max_new_tokens_ground": 16, "max_turns": 3},
 }
 
