@@ -1,0 +1,38 @@
+"""Text environments behind one interface (`base.TextEnv`: reset, step), found by name.
+
+PilotRL's six: four held-in (household, crafting, wordle, iqa) and two held-out (babyai, maze), as the
+paper's ALFWorld, TextCraft, Wordle, IQA (interactive question answering), BabyAI and MAZE. A new environment is one
+module here and one line in `REGISTRY`.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from coalign.envs.base import Step, TextEnv, clean_action
+
+REGISTRY: dict[str, str] = {
+    "household": "coalign.envs.household:HouseholdEnv",
+    "crafting": "coalign.envs.crafting:CraftingEnv",
+    "wordle": "coalign.envs.wordle:WordleEnv",
+    "iqa": "coalign.envs.iqa:IQAEnv",
+    "babyai": "coalign.envs.babyai:BabyAIEnv",
+    "maze": "coalign.envs.maze:MazeEnv",
+}
+HELDIN = ("household", "crafting", "wordle", "iqa")
+HELDOUT = ("babyai", "maze")
+
+
+def env_class(name: str) -> type[TextEnv]:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown environment {name!r}; known: {', '.join(REGISTRY)}")
+    module, _, attr = REGISTRY[name].partition(":")
+    return getattr(import_module(module), attr)
+
+
+def make_env(name: str, **options) -> TextEnv:
+    """A fresh environment of kind `name`; call `reset(seed)` to start a task."""
+    return env_class(name)(**options)
+
+
+__all__ = ["HELDIN", "HELDOUT", "REGISTRY", "Step", "TextEnv", "clean_action", "env_class", "make_env"]

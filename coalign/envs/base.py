@@ -1,0 +1,89 @@
+"""One interface for every text environment: `reset` and `step`, as gymnasium and OpenRLHF's agent API.
+
+An environment is a task instance an agent acts in one text action at a time. Model text is the
+input, so `step` never raises on an action: a malformed, invalid or hostile action is answered by
+an observation (each environment's own words, e.g. ALFWorld's "Nothing happened.") and counts as a
+step. PilotRL's environments also carry an expert: `expert_action` (the next action of a solver
+that always succeeds from the current state) and `expert_plan` (the remaining steps in words).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+MAX_ACTION_CHARS = 2000  # longer model text is cut before parsing: no environment needs more
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the environment answers to one action."""
+
+    observation: str
+    reward: float  # the task's score so far (success: 1.0; partial-credit environments: their score)
+    done: bool  # the episode ended: success, a terminal failure, or the step limit
+    info: dict = field(default_factory=dict)
+
+
+class TextEnv(ABC):
+    """A text environment. `reset(seed)` starts a task and returns its first observation (the goal and
+    what the agent sees); `step(action)` acts. `max_steps` ends an episode; `optimal_steps` is the
+    expert's step count from the start (PilotRL's end-to-end score tells an efficient success from a
+    redundant one by it)."""
+
+    name: str = ""
+    max_steps: int = 30
+    instructions: str = ""  # the action syntax, told to the agent once (AgentGym's system prompt)
+
+    def __init__(self) -> None:
+        self.goal = ""
+        self.steps_taken = 0
+        self.success = False
+        self.done = False
+        self.optimal_steps = 0
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> str:
+        """Start the task drawn by `seed` (same seed, same task) and return the first observation."""
+
+    @abstractmethod
+    def _act(self, action: str) -> str:
+        """Apply one cleaned action to the state; return the observation. Sets `self.success` on success
+        and `self.done` on a terminal state. Never raises on model text."""
+
+    def step(self, action: str) -> Step:
+        """One action. After the episode is over, every action is answered and changes nothing."""
+        if self.done:
+            return Step("The episode is over.", self.reward(), True, {"success": self.success})
+        self.steps_taken += 1
+        observation = self._act(clean_action(action))
+        if self.steps_taken >= self.max_steps and not self.done:
+            self.done = True
+        return Step(observation, self.reward(), self.done, {"success": self.success, "steps": self.steps_taken})
+
+    def reward(self) -> float:
+        return 1.0 if self.success else 0.0
+
+    def expert_action(self) -> str:
+        """The next action of the expert solver from the current state (it succeeds from any state it
+        can still succeed from; from the start it always does). PilotRL's environments have one."""
+        raise NotImplementedError(f"{type(self).__name__} has no expert solver")
+
+    def expert_plan(self) -> list[str]:
+        """The expert's remaining plan from the current state: one step in words per action to come,
+        each naming its action so that `plan_action` reads it back."""
+        raise NotImplementedError(f"{type(self).__name__} has no expert solver")
+
+    def plan_action(self, step: str) -> str | None:
+        """The action a plan step (text) names, or None for a step that names none (an abstract step such
+        as "guess a word that fits the feedback"). Used to check a plan's executability and adherence."""
+        raise NotImplementedError(f"{type(self).__name__} does not read plan steps")
+
+
+def clean_action(text: str) -> str:
+    """Model text as an action: the first non-empty line, cut to MAX_ACTION_CHARS, whitespace squeezed,
+    control characters dropped."""
+    text = str(text)[:MAX_ACTION_CHARS]
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = "".join(ch for ch in line if ch.isprintable())
+    return " ".join(line.split())
