@@ -217,12 +217,43 @@ def check_critic_options(critic: str, options: dict) -> None:
             raise ValueError(f"critic_options do not fit the llm critic: {exc}") from None
 
 
+class PilotRLSettings(Settings):
+    """PilotRL / AdaPlan: one model plans and acts in the bundled text environments.
+
+    Training tasks are seeds 0..train_tasks-1 of each held-in environment, evaluation tasks seeds from
+    `eval_seed` on (the same for every run seed, so runs compare on one set)."""
+
+    model: str = Field("tiny", description="`tiny` (made from scratch here, `models.tiny`) or any HF causal LM")
+    heldin: list[str] = Field(["household", "crafting", "wordle", "iqa"], description="coalign.envs.REGISTRY names")
+    heldout: list[str] = ["babyai", "maze"]
+    mode: Literal["adaplan", "react"] = Field("adaplan", description="AdaPlan (plan, act, update) or ReAct")
+    train_tasks: int = Field(200, ge=1, description="expert episodes per held-in environment")
+    train_update_every: list[int] = Field(
+        [1], min_length=1, description="plan-update intervals of the SFT episodes, drawn per episode"
+    )
+    eval_tasks: int = Field(50, ge=1, description="evaluation episodes per environment")
+    eval_seed: int = Field(1_000_000, ge=0, description="first evaluation seed (training seeds start at 0)")
+    eval_update_every: list[int] = Field([1], min_length=1, description="AdaPlan evaluated at each interval")
+    max_new_tokens: int = Field(160, ge=1, description="per model turn")
+    max_context: int = Field(2048, ge=64, description="an episode whose context would pass this stops")
+    batch_size: int = Field(32, ge=1)
+    sft: SFTSettings = SFTSettings()
+
+    @model_validator(mode="after")
+    def _intervals(self) -> "PilotRLSettings":
+        if min(self.train_update_every + self.eval_update_every) < 1:
+            raise ValueError("plan-update intervals must be >= 1")
+        if self.train_tasks > self.eval_seed:
+            raise ValueError(f"training seeds 0..{self.train_tasks - 1} would overlap evaluation seeds from {self.eval_seed}")
+        return self
+
+
 class RunConfig(Settings):
     name: str
-    recipe: Literal["lumos", "moat"] = "lumos"
+    recipe: Literal["lumos", "moat", "pilotrl"] = "lumos"
     seed: int = 0
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default = all cores")
-    data: DataSettings
+    data: DataSettings | None = Field(None, description="task sets of the lumos and moat recipes")
     models: ModelSettings = ModelSettings()
     planner_sft: SFTSettings = SFTSettings()
     grounder_sft: SFTSettings = SFTSettings()
@@ -233,6 +264,13 @@ class RunConfig(Settings):
     )
     moat: MoatSettings = MoatSettings()
     eval: EvalSettings = EvalSettings()
+    pilotrl: PilotRLSettings = PilotRLSettings()
+
+    @model_validator(mode="after")
+    def _has_data(self) -> "RunConfig":
+        if self.recipe != "pilotrl" and self.data is None:
+            raise ValueError(f"recipe '{self.recipe}' needs a 'data' section (its train, heldin and heldout sets)")
+        return self
 
 
 class ConfigError(ValueError):

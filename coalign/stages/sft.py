@@ -16,6 +16,7 @@ from trl import SFTConfig, SFTTrainer
 from coalign.config import SFTSettings
 from coalign.models import load_model, load_tokenizer, render_prompt
 from coalign.stages.training import train_and_save, trainer_args
+from coalign.token_turns import encode
 
 
 def sft_dataset(tokenizer, examples: Sequence[tuple[str, str]]) -> Dataset:
@@ -39,12 +40,50 @@ def sft(
     """Fine-tune the model at `init` on `examples`; save model and tokenizer to `out_dir`."""
     if not examples:
         raise ValueError(f"no training examples for {out_dir}: the dataset is empty")
+    return _fit(init, lambda tokenizer: sft_dataset(tokenizer, examples), out_dir, settings, seed, trust_remote_code)
+
+
+def _fit(init, make_data, out_dir, settings: SFTSettings, seed: int, trust_remote_code: bool) -> Path:
+    """TRL's SFTTrainer with the loss on completions only, over the dataset `make_data(tokenizer)`."""
     out = Path(out_dir)
     tokenizer = load_tokenizer(init, trust_remote_code)
     tokenizer.padding_side = "right"
     model = load_model(init, trust_remote_code, dtype="float32")
     config = SFTConfig(completion_only_loss=True, **trainer_args(settings, out, seed))
-    data = sft_dataset(tokenizer, examples)
+    data = make_data(tokenizer)
     return train_and_save(
         lambda: SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer), tokenizer, out
+    )
+
+
+def conversation_dataset(tokenizer, conversations: Sequence[Sequence[dict[str, str]]], max_length: int) -> Dataset:
+    """Multi-turn rows tokenized by appending turns (`token_turns.encode`): the loss falls on the model's
+    turns only (TRL's `completion_mask`), observations and prompts are context. A row longer than
+    `max_length` is refused rather than cut, since a cut row would train on a turn without its end."""
+    rows = [encode(tokenizer, messages) for messages in conversations]
+    longest = max((len(ids) for ids, _ in rows), default=0)
+    if longest > max_length:
+        raise ValueError(f"a training conversation has {longest} tokens, more than max_length {max_length}")
+    return Dataset.from_dict({"input_ids": [ids for ids, _ in rows], "completion_mask": [m for _, m in rows]})
+
+
+def sft_conversations(
+    init: str | Path,
+    conversations: Sequence[Sequence[dict[str, str]]],
+    out_dir: str | Path,
+    settings: SFTSettings,
+    seed: int = 0,
+    trust_remote_code: bool = False,
+) -> Path:
+    """Fine-tune the model at `init` on whole conversations (an agent's episodes: its turns trained,
+    observations masked); save model and tokenizer to `out_dir`."""
+    if not conversations:
+        raise ValueError(f"no training conversations for {out_dir}: the dataset is empty")
+    return _fit(
+        init,
+        lambda tokenizer: conversation_dataset(tokenizer, conversations, settings.max_length),
+        out_dir,
+        settings,
+        seed,
+        trust_remote_code,
     )

@@ -1,0 +1,116 @@
+"""Expert demonstrations for PilotRL's environments: plans chosen by generate-then-select, trajectories
+in AdaPlan and ReAct format (the SFT cold start).
+
+The paper has a frontier model write candidate plans and keeps the one its judge scores best on
+correctness, executability and standard format. Here the candidates come from the environment's
+expert solver (its plan, and variants of it with a step dropped, two steps swapped, a step repeated or
+two steps merged into one line), and each is scored by rule, 1-5 on each criterion
+(`plan_quality`): correct = following the plan on a copy of the environment succeeds (a step that
+names no action, such as Wordle's "guess a word that fits the feedback", is done the expert's way);
+executable = the share of steps that name an action the environment reads; standard = one short,
+non-empty step per line. PilotRL's stage-2 plan-quality reward scores with the same rules.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from coalign.envs import TextEnv, make_env
+from coalign.formats_adaplan import first_message, format_turn, observation_message, plan_due
+
+MAX_STEP_WORDS = 20
+
+
+@dataclass(frozen=True)
+class PlanQuality:
+    """Rule-based plan scores, each 1-5 (the paper's judge scale)."""
+
+    correctness: int
+    executability: int
+    standard: int
+
+    @property
+    def total(self) -> int:
+        return self.correctness + self.executability + self.standard
+
+
+def plan_quality(env: TextEnv, plan: Sequence[str]) -> PlanQuality:
+    """Score a plan for the task `env` is at (1-5 each; a plan of no steps scores 1 everywhere)."""
+    if not plan:
+        return PlanQuality(1, 1, 1)
+    correct = 5 if follow_plan(env, plan) else 1
+    named = sum(env.plan_action(step) is not None for step in plan) / len(plan)
+    standard = sum(bool(s.strip()) and "\n" not in s and len(s.split()) <= MAX_STEP_WORDS for s in plan) / len(plan)
+    return PlanQuality(correct, 1 + round(4 * named), 1 + round(4 * standard))
+
+
+def follow_plan(env: TextEnv, plan: Sequence[str]) -> bool:
+    """Whether following `plan` from `env`'s current state succeeds, run on a copy: each step's named action,
+    or the expert's action for a step that names none. The plan alone: it fails if it ends too early."""
+    trial = copy.deepcopy(env)
+    for step in plan:
+        if trial.done:
+            return trial.success
+        action = trial.plan_action(step)
+        trial.step(action if action is not None else trial.expert_action())
+    return trial.success
+
+
+def candidate_plans(plan: Sequence[str], rng: random.Random, n: int = 4) -> list[list[str]]:
+    """The expert's plan and `n` variants of it, as a noisy plan writer would give."""
+    out = [list(plan)]
+    for _ in range(n):
+        variant = list(plan)
+        kind = rng.choice(("drop", "swap", "repeat", "merge"))
+        if len(variant) < 2:
+            kind = "repeat"
+        i = rng.randrange(len(variant) - 1) if len(variant) >= 2 else 0
+        if kind == "drop":
+            del variant[i]
+        elif kind == "swap":
+            variant[i], variant[i + 1] = variant[i + 1], variant[i]
+        elif kind == "repeat":
+            variant.insert(i, variant[i])
+        else:
+            variant[i : i + 2] = [f"{variant[i]}, then {variant[i + 1]}"]
+        out.append(variant)
+    return out
+
+
+def select_plan(env: TextEnv, candidates: Sequence[Sequence[str]]) -> list[str]:
+    """The best candidate by total quality; ties go to the shorter plan, then the earlier candidate."""
+    scored = [(plan_quality(env, plan).total, -len(plan), -i) for i, plan in enumerate(candidates)]
+    return list(candidates[max(range(len(candidates)), key=lambda i: scored[i])])
+
+
+def expert_conversation(name: str, seed: int, mode: str, every: int = 1) -> list[dict[str, str]]:
+    """The expert's episode on task (`name`, `seed`) as a conversation ending with its last action.
+
+    AdaPlan: the selected plan first; after each `every` steps the remaining steps of the expert's plan
+    from the state reached (steps done stay as they were, Eq. 1). The thought is the plan step being
+    carried out, and the action the one it names (the expert's own where it names none). ReAct: the
+    same thoughts and actions, no plan."""
+    env = make_env(name)
+    observation = env.reset(seed)
+    plan = select_plan(env, candidate_plans(env.expert_plan(), random.Random(seed)))
+    messages = [{"role": "user", "content": first_message(env.instructions, observation, mode)}]
+    while not env.done:
+        t = env.steps_taken
+        due = plan_due(mode, t, every)
+        if due and t:
+            plan = [*plan[:t], *env.expert_plan()]
+        thought = plan[t] if t < len(plan) else env.expert_plan()[0]
+        named = env.plan_action(thought)
+        action = named if named is not None else env.expert_action()
+        future = plan[t:] if due else None
+        messages.append({"role": "assistant", "content": format_turn(thought, action, future, first=t + 1)})
+        step = env.step(action)
+        if not env.done:
+            update = plan_due(mode, env.steps_taken, every)
+            messages.append({"role": "user", "content": observation_message(step.observation, update)})
+    if not env.success:
+        raise RuntimeError(f"the {name} expert failed on seed {seed}: its environment or solver has a bug")
+    return messages

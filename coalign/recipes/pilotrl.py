@@ -1,0 +1,131 @@
+"""PilotRL's cold start: one model, SFT on expert episodes in AdaPlan (or ReAct) format, then evaluation.
+
+Read top to bottom: the expert's episodes on the held-in environments (plans chosen by
+generate-then-select, `expert.py`), a tiny model when asked for one, SFT with observations masked from
+the loss, and the AdaPlan runtime (`adaplan.py`) on every held-in and held-out environment at each
+plan-update interval. The three progressive GRPO stages continue from the checkpoint this leaves.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from coalign.adaplan import run_episodes
+from coalign.agents import Agent
+from coalign.config import PilotRLSettings, RunConfig
+from coalign.envs import env_class
+from coalign.errors import RunError
+from coalign.expert import expert_conversation
+from coalign.formats import lumos_chat
+from coalign.models import make_tiny_model
+from coalign.recipes.lumos import prepare_run
+from coalign.runs import Run, atomic_dir, read_json, write_json, write_jsonl
+from coalign.stages.sft import sft_conversations
+from coalign.tasks.jsonl import read_jsonl
+
+
+def training_episodes(settings: PilotRLSettings, seed: int) -> list[dict]:
+    """The expert's episodes on seeds 0..train_tasks-1 of each held-in environment, in the run's format;
+    each episode's plan-update interval drawn from `train_update_every` (by run seed, env and task)."""
+    rows = []
+    for name in settings.heldin:
+        for task in range(settings.train_tasks):
+            every = random.Random(f"{seed}/{name}/{task}").choice(settings.train_update_every)
+            messages = expert_conversation(name, task, settings.mode, every)
+            rows.append({"env": name, "seed": task, "every": every, "messages": messages})
+    return rows
+
+
+def summarise(episodes: list[dict]) -> dict:
+    """Success rate (%), mean reward, steps and generated tokens per task, and how episodes stopped."""
+    n = len(episodes)
+    stops: dict[str, int] = {}
+    for e in episodes:
+        stops[e["stop"]] = stops.get(e["stop"], 0) + 1
+    return {
+        "tasks": n,
+        "success": 100 * sum(e["success"] for e in episodes) / n,
+        "reward": sum(e["reward"] for e in episodes) / n,
+        "steps": sum(e["steps"] for e in episodes) / n,
+        "tokens": sum(e["tokens"] for e in episodes) / n,
+        "stops": stops,
+    }
+
+
+def split_average(per_env: dict[str, dict], names: list[str]) -> dict:
+    """Unweighted mean over a split's environments (the paper's ID / OOD averages)."""
+    keys = ("success", "reward", "steps", "tokens")
+    return {k: sum(per_env[n][k] for n in names) / len(names) for k in keys} if names else {}
+
+
+def evaluate(run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool) -> dict:
+    """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/."""
+    name = f"eval_k{every}"
+    if run.is_done(name):
+        return read_json(run.path(name, "metrics.json"))
+    started = time.time()
+    agent = Agent.load(model_path, trust)
+    per_env, rows = {}, []
+    for env in [*settings.heldin, *settings.heldout]:
+        tasks = [(env, settings.eval_seed + i) for i in range(settings.eval_tasks)]
+        console.print(f"[bold]{name}[/bold] {env}: {len(tasks)} tasks ({settings.mode}, plan update every {every})")
+        episodes = run_episodes(
+            agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
+            settings.max_context, settings.batch_size, desc=env,
+        )  # fmt: skip
+        records = [e.to_json() for e in episodes]
+        per_env[env] = summarise(records)
+        rows += records
+    metrics = {
+        "mode": settings.mode,
+        "update_every": every,
+        "envs": per_env,
+        "heldin": split_average(per_env, settings.heldin),
+        "heldout": split_average(per_env, settings.heldout),
+    }
+    write_jsonl(run.path(name, "episodes.jsonl"), rows)
+    write_json(run.path(name, "metrics.json"), metrics)
+    run.mark_done(name, [run.path(name)], {}, started, inputs=[model_path])
+    return metrics
+
+
+def run_pilotrl(config: RunConfig, run_dir: str | Path, console: Console, force: bool = False) -> dict:
+    """Expert episodes -> (tiny model) -> SFT with observations masked -> evaluation at each update interval."""
+    settings, trust = config.pilotrl, config.models.trust_remote_code
+    for name in [*settings.heldin, *settings.heldout]:
+        try:
+            env_class(name)
+        except ValueError as err:
+            raise RunError(f"pilotrl.heldin/heldout: {err}") from None
+    run = prepare_run(config, run_dir, console, force)
+    episodes_path = run.path("data", "train_episodes.jsonl")
+    if not run.is_done("expert_episodes"):
+        started = time.time()
+        console.print(f"expert episodes: {settings.train_tasks} per environment on {', '.join(settings.heldin)}")
+        write_jsonl(episodes_path, training_episodes(settings, config.seed))
+        run.mark_done("expert_episodes", [episodes_path], {}, started)
+    conversations = [row["messages"] for _, row in read_jsonl(episodes_path)]
+    init = settings.model
+    if init == "tiny":
+        init = str(run.path("models", "tiny-init"))
+        if not run.is_done("init"):
+            started = time.time()
+            console.print("making a tiny model: BPE tokenizer on the expert episodes, small Llama config")
+            with atomic_dir(init) as tmp:
+                make_tiny_model([lumos_chat(m) for m in conversations], tmp, config.models.tiny, seed=config.seed)
+            run.mark_done("init", [init], {}, started, inputs=[episodes_path])
+    out = run.path("checkpoints", "sft")
+    if not run.is_done("sft"):
+        started = time.time()
+        console.print(f"[bold]sft[/bold]: {len(conversations)} episodes ({settings.mode}) from {init}")
+        sft_conversations(init, conversations, out, settings.sft, seed=config.seed, trust_remote_code=trust)
+        run.mark_done("sft", [out], {"episodes": len(conversations), **read_json(out / "train_log.json")}, started,
+                      inputs=[init, episodes_path])  # fmt: skip
+    everies = settings.eval_update_every if settings.mode == "adaplan" else [1]
+    results = {f"k{k}": evaluate(run, settings, str(out), k, console, trust) for k in everies}
+    write_json(run.path("metrics.json"), results)
+    return results

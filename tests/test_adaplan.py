@@ -1,0 +1,210 @@
+"""AdaPlan: its text format, Eq. 1, turn-appended token ids with the model's tokens masked in, the expert's
+episodes and plan selection, and the runtime driven by a scripted model over a toy environment."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+import torch
+
+from coalign import envs
+from coalign.adaplan import run_episodes
+from coalign.expert import candidate_plans, expert_conversation, follow_plan, plan_quality, select_plan
+from coalign.formats import FormatError, lumos_chat
+from coalign.formats_adaplan import (
+    format_plan,
+    format_turn,
+    observation_message,
+    parse_turn,
+    plan_due,
+    update_plan,
+)
+from coalign.formats_iterative import chat_prompt
+from coalign.models import train_tokenizer
+from coalign.token_turns import encode, segments
+from tests.toy_env import ToyEnv
+
+
+@pytest.fixture(autouse=True)
+def toy_registered(monkeypatch):
+    monkeypatch.setitem(envs.REGISTRY, "toy", "tests.toy_env:ToyEnv")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    texts = [lumos_chat(expert_conversation_unregistered(seed)) for seed in range(6)]
+    return train_tokenizer(texts * 4, 400)
+
+
+def expert_conversation_unregistered(seed: int):
+    envs.REGISTRY["toy"] = "tests.toy_env:ToyEnv"
+    try:
+        return expert_conversation("toy", seed, "adaplan")
+    finally:
+        del envs.REGISTRY["toy"]
+
+
+# ------------------------------------------------------------------ format
+
+
+def test_a_formatted_turn_parses_back():
+    text = format_turn("go on", "step forward", ["step forward", "open door"], first=3)
+    turn = parse_turn(text, expect_plan=True)
+    assert turn.plan == ("step forward", "open door") and turn.action == "step forward" and turn.well_formed
+    assert "Step 3: step forward\nStep 4: open door" in text
+
+
+def test_a_turn_without_a_due_plan_or_action_lists_what_is_missing():
+    turn = parse_turn("Thought: hmm", expect_plan=True)
+    assert turn.plan is None and turn.action == ""
+    assert "a plan was due and none was written" in turn.errors and "no Action: line" in turn.errors
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "\x00" * 100, "<global_plan>", "<global_plan>\nStep x\n</global_plan>", "Action:" * 10_000,
+     "\u202e" + "a" * 1_000_000, "<global_plan>\nStep 2: a\nStep 1: b\n</global_plan>\nAction: go"],
+)  # fmt: skip
+def test_parse_turn_never_raises_on_hostile_text(text):
+    turn = parse_turn(text, expect_plan=True)
+    assert isinstance(turn.action, str) and not turn.well_formed
+
+
+def test_update_keeps_executed_steps_verbatim():
+    """Eq. 1: steps 1..t stay as they were, whatever the model writes for them."""
+    plan = ["go to a", "take x", "go to b", "put x"]
+    assert update_plan(plan, 2, ["go to c", "put x in c"]) == ["go to a", "take x", "go to c", "put x in c"]
+    assert update_plan(["go to a"], 3, ["open"]) == ["go to a", "open"]
+
+
+def test_plans_are_due_every_k_steps_and_never_in_react():
+    assert [plan_due("adaplan", t, 2) for t in range(5)] == [True, False, True, False, True]
+    assert not any(plan_due("react", t, 1) for t in range(5))
+
+
+# ------------------------------------------------------------------ token ids
+
+
+def test_appended_turns_tokenize_as_the_rendered_conversation(tokenizer):
+    messages = expert_conversation_unregistered(2)
+    ids, mask = encode(tokenizer, messages)
+    assert tokenizer.decode(ids) == lumos_chat(messages).rstrip("\n")
+    trained = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+    assert trained == "".join(m["content"] + "</s>" for m in messages if m["role"] == "assistant")
+    prompt_ids, _ = encode(tokenizer, messages[:3])
+    assert tokenizer.decode(prompt_ids) == chat_prompt(messages[:3])
+
+
+def test_a_template_that_is_not_prefix_preserving_is_refused():
+    class Tok:
+        chat_template = "x"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            return "".join(m["content"][::-1] for m in reversed(messages))
+
+    with pytest.raises(FormatError, match="extension"):
+        segments(Tok(), [{"role": "user", "content": "ab"}, {"role": "assistant", "content": "cd"}])
+
+
+def test_roles_must_alternate(tokenizer):
+    with pytest.raises(FormatError):
+        encode(tokenizer, [{"role": "assistant", "content": "x"}])
+
+
+# ------------------------------------------------------------------ expert
+
+
+def test_the_expert_conversation_follows_eq1_and_succeeds():
+    messages = expert_conversation("toy", 2, "adaplan")  # target 3: 3 steps forward, open
+    turns = [parse_turn(m["content"]) for m in messages if m["role"] == "assistant"]
+    assert [t.action for t in turns] == ["step forward"] * 3 + ["open door"]
+    firsts = [int(re.search(r"Step (\d+):", m["content"])[1]) for m in messages if m["role"] == "assistant"]
+    assert firsts == [1, 2, 3, 4]  # each update lists the remaining steps only
+    assert all(t.well_formed for t in turns)
+
+
+def test_react_and_sparse_updates_write_plans_only_when_due():
+    react = [m for m in expert_conversation("toy", 2, "react") if m["role"] == "assistant"]
+    assert not any("<global_plan>" in m["content"] for m in react)
+    every2 = [m for m in expert_conversation("toy", 2, "adaplan", every=2) if m["role"] == "assistant"]
+    assert ["<global_plan>" in m["content"] for m in every2] == [True, False, True, False]
+
+
+def test_plan_quality_scores_and_selection():
+    env = ToyEnv()
+    env.reset(2)
+    good = env.expert_plan()
+    assert plan_quality(env, good).total == 15 and follow_plan(env, good)
+    assert plan_quality(env, good[1:]).correctness == 1  # a dropped step leaves the door unreached
+    assert plan_quality(env, ["dance"] * 4).executability == 1
+    assert plan_quality(env, []).total == 3
+    assert select_plan(env, [good[1:], ["x " * 30], good]) == good
+    assert len(candidate_plans(good, random.Random(0), n=4)) == 5
+
+
+# ------------------------------------------------------------------ runtime
+
+
+class ScriptedModel:
+    """Writes the expert's turn for the toy task from what the prompt shows, or fixed `text`."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, tokenizer, text: str | None = None, bogus_plan: bool = False):
+        self.tokenizer, self.text, self.bogus_plan = tokenizer, text, bogus_plan
+
+    def turn(self, prompt: str) -> str:
+        if self.text is not None:
+            return self.text
+        target = int(re.search(r"door at position (\d+)", prompt)[1])
+        position = int(re.findall(r"You are at position (\d+)", prompt)[-1])
+        steps = [f"step forward to reach position {p}" for p in range(position + 1, target + 1)] + ["open door"]
+        turn = prompt.count("Observation:")
+        plan = [f"rewritten at turn {turn}"] * 5 if self.bogus_plan else steps
+        due = "Rewrite" in prompt.rsplit("<|user|>", 1)[-1] or "<|assistant|>" not in prompt.rstrip()[:-15]
+        action = "step forward" if position < target else "open door"
+        return format_turn(steps[0], action, plan if due else None, first=turn + 1)
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
+        rows = []
+        for ids, keep in zip(input_ids.tolist(), attention_mask.tolist()):
+            prompt = self.tokenizer.decode([i for i, k in zip(ids, keep) if k])
+            new = self.tokenizer(self.turn(prompt) + "</s>", add_special_tokens=False)["input_ids"][:max_new_tokens]
+            rows.append(ids + new)
+        width = max(map(len, rows))
+        return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+
+
+def test_the_runtime_runs_a_scripted_expert_to_success(tokenizer):
+    model = ScriptedModel(tokenizer)
+    episodes = run_episodes(model, tokenizer, [("toy", s) for s in range(6)], "adaplan", batch_size=4, progress=False)
+    assert all(e.env.success and e.stop == "success" for e in episodes)
+    assert [e.env.steps_taken for e in episodes] == [e.env.optimal_steps for e in episodes]
+    for e in episodes:
+        assert e.generated_tokens == sum(e.mask)
+        trained = tokenizer.decode([i for i, m in zip(e.ids, e.mask) if m])
+        assert trained == "".join(m["content"] + "</s>" for m in e.messages if m["role"] == "assistant")
+        assert all(not t["errors"] for t in e.turns)
+
+
+def test_the_runtime_keeps_executed_steps_whatever_the_model_rewrites(tokenizer):
+    episodes = run_episodes(ScriptedModel(tokenizer, bogus_plan=True), tokenizer, [("toy", 2)], "adaplan",
+                            progress=False)  # fmt: skip
+    (episode,) = episodes
+    assert episode.env.success and len(episode.turns) == 4
+    # turn n (after n actions) rewrites steps n+1.. only: step i stays as turn i-1 wrote it
+    assert episode.plan == [f"rewritten at turn {n}" for n in range(3)] + ["rewritten at turn 3"] * 5
+
+
+@pytest.mark.parametrize("text", ["", "Action: rm -rf /", "\x00\x01", "Thought: x\nAction: " + "(" * 10_000])
+def test_hostile_model_turns_end_at_the_step_limit_not_in_a_crash(tokenizer, text):
+    (episode,) = run_episodes(ScriptedModel(tokenizer, text=text), tokenizer, [("toy", 1)], "react", progress=False)
+    assert episode.stop == "step limit" and episode.env.steps_taken == ToyEnv.max_steps and not episode.env.success
+
+
+def test_an_episode_stops_when_its_context_is_full(tokenizer):
+    (episode,) = run_episodes(ScriptedModel(tokenizer, text="Action: wait"), tokenizer, [("toy", 1)], "react",
+                              max_context=200, max_new_tokens=20, progress=False)  # fmt: skip
+    assert episode.stop == "context" and len(episode.ids) + 20 > 200
