@@ -20,8 +20,9 @@ the key of its colour carried if locked, then go through). A door may be named w
 
 Expert: the next macro toward the mission's target (the key first for a locked door); while the
 target is out of view, the first primitive of the shortest turn/move sequence that brings it into
-view. Plan steps: the action, then a few words of why, e.g. "go to red ball 1 to reach the goal"
-(`plan_action` -> "go to red ball 1"), "turn left to look for the red ball".
+view; carrying a wrong object on a pick-up mission, it drops it first. Plan steps: the action, then a
+few words of why: "go to red ball 1 for the goal" (`plan_action` -> "go to red ball 1"), "pick up
+blue key 1 to open the door", "turn left to look for the red ball", "drop to free your hands".
 """
 
 from __future__ import annotations
