@@ -1,0 +1,394 @@
+"""An ALFWorld-like household: numbered receptacles in one room, objects in them, one goal per seed.
+
+Our own small simulator in ALFWorld's words, so that PilotRL trains and evaluates on CPU without
+ALFWorld's game files (`coalign.envs.alfworld` wraps the real game for users who have them). The six
+task types are ALFWorld's; actions are ALFWorld's commands; an invalid, impossible or malformed
+action is answered "Nothing happened." Observations are short on purpose: tiny models read them.
+
+Plan steps (`expert_plan`) each begin with the exact action, then an optional purpose:
+"go to countertop 1 to find the apple", "open fridge 1 to put the apple 1 in",
+"take apple 1 from countertop 1", "clean apple 1 with sinkbasin 1", "put apple 1 in fridge 1",
+"use desklamp 1 to look at the book 1". `plan_action` reads the action at the start of a step
+(after an optional "Step 3:", "3.", "-" or "Action:"), and returns it in canonical form.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from coalign.envs.base import TextEnv
+
+TASK_TYPES = (
+    "pick_and_place",
+    "look_at_obj_in_light",
+    "pick_clean_then_place",
+    "pick_heat_then_place",
+    "pick_cool_then_place",
+    "pick_two_obj_and_place",
+)
+NOTHING = "Nothing happened."
+LAMP = "desklamp 1"
+
+OPENABLE = frozenset({"fridge", "microwave", "cabinet", "drawer"})
+INSIDE = frozenset({"fridge", "microwave", "cabinet", "drawer", "sinkbasin", "garbagecan"})  # "in"; others "on"
+APPLIANCE = {"pick_clean_then_place": "sinkbasin 1", "pick_heat_then_place": "microwave 1",
+             "pick_cool_then_place": "fridge 1"}
+STATE = {"pick_clean_then_place": "clean", "pick_heat_then_place": "hot", "pick_cool_then_place": "cool"}
+VERB = {"sinkbasin": "clean", "microwave": "heat", "fridge": "cool"}
+UNDOES = {"hot": "cool", "cool": "hot"}
+
+KITCHEN = ("fridge 1", "microwave 1", "sinkbasin 1")
+KITCHEN_EXTRA = ("cabinet 1", "cabinet 2", "cabinet 3", "countertop 1", "countertop 2", "drawer 1", "drawer 2",
+                 "diningtable 1", "garbagecan 1", "shelf 1")
+BEDROOM = ("desk 1", "sidetable 1")
+BEDROOM_EXTRA = ("bed 1", "cabinet 1", "drawer 1", "drawer 2", "dresser 1", "garbagecan 1", "shelf 1", "shelf 2")
+KITCHEN_OBJECTS = ("apple", "bowl", "bread", "cup", "egg", "knife", "lettuce", "mug", "plate", "potato", "spoon",
+                   "tomato")
+BEDROOM_OBJECTS = ("alarmclock", "book", "cd", "cellphone", "creditcard", "keychain", "pen", "pencil")
+TASK_OBJECTS = {
+    "pick_clean_then_place": ("apple", "bowl", "cup", "knife", "lettuce", "mug", "plate", "potato", "spoon", "tomato"),
+    "pick_heat_then_place": ("apple", "bread", "cup", "egg", "mug", "plate", "potato", "tomato"),
+    "pick_cool_then_place": ("apple", "bread", "cup", "egg", "lettuce", "mug", "plate", "potato", "tomato"),
+}
+PLACES = {  # receptacle types a goal may name, per room
+    "kitchen": ("cabinet", "countertop", "diningtable", "drawer", "fridge", "garbagecan", "microwave", "shelf"),
+    "bedroom": ("bed", "cabinet", "desk", "drawer", "dresser", "garbagecan", "shelf", "sidetable"),
+}
+NOT_PLACES = {"pick_heat_then_place": {"fridge", "microwave"}, "pick_cool_then_place": {"fridge", "microwave"}}
+
+_N = r"(?:the )?([a-z]+ \d+)"
+ACTIONS = (  # verb, pattern; groups are entity names (and the preposition for put)
+    ("go", rf"go to {_N}"),
+    ("open", rf"open {_N}"),
+    ("close", rf"close {_N}"),
+    ("take", rf"take {_N} from {_N}"),
+    ("put", rf"put {_N} (in/on|in|on|into|onto) {_N}"),
+    ("apply", rf"(heat|cool|clean) {_N} with {_N}"),
+    ("use", rf"use {_N}"),
+    ("examine", rf"examine {_N}"),
+    ("look", r"look(?! at)"),
+    ("inventory", r"inventory"),
+)
+_PREFIX = re.compile(r"^(?:step\s*\d+\s*[:.)-]?|\d+\s*[.):-]|[-*•]|action\s*:)\s*")
+_END = r"(?=$|[\s.,;:!?)])"
+
+
+def kind(name: str) -> str:
+    """"cabinet 2" -> "cabinet"."""
+    return name.rsplit(" ", 1)[0]
+
+
+def article(name: str) -> str:
+    return ("an " if name[0] in "aeiou" else "a ") + name
+
+
+def prep(receptacle: str) -> str:
+    return "in" if kind(receptacle) in INSIDE else "on"
+
+
+def listing(names: list[str]) -> str:
+    """ALFWorld's list: "a cabinet 1, a fridge 1, and a mug 1"; "nothing" for none."""
+    items = [article(n) for n in names]
+    if not items:
+        return "nothing"
+    if len(items) <= 2:
+        return " and ".join(items)
+    return ", ".join(items[:-1]) + ", and " + items[-1]
+
+
+class HouseholdEnv(TextEnv):
+    """One room, one ALFWorld task per seed; `seed % 6` picks the task type, so types are balanced."""
+
+    name = "household"
+    max_steps = 30
+    instructions = (
+        "You are in a household. Act with one command per turn: go to X, open X, close X, take O from R, "
+        "put O in/on R, heat O with microwave 1, cool O with fridge 1, clean O with sinkbasin 1, "
+        "use desklamp 1, examine X, look, inventory. X, O and R are names with their number (fridge 1)."
+    )
+
+    def reset(self, seed: int | None = None) -> str:
+        self.seed = random.randrange(2**32) if seed is None else seed
+        rng = random.Random(self.seed)
+        self.task = TASK_TYPES[self.seed % len(TASK_TYPES)]
+        room = "bedroom" if self.task == "look_at_obj_in_light" else "kitchen"
+        if self.task in ("pick_and_place", "pick_two_obj_and_place"):
+            room = rng.choice(("kitchen", "bedroom"))
+        fixed, extra = (KITCHEN, KITCHEN_EXTRA) if room == "kitchen" else (BEDROOM, BEDROOM_EXTRA)
+        self.receptacles = sorted(fixed + tuple(rng.sample(extra, rng.randint(3, 5))), key=_order)
+        self.lamp = rng.choice(BEDROOM) if room == "bedroom" else None
+        self.is_open = {r: False for r in self.receptacles if kind(r) in OPENABLE}
+
+        objects = TASK_OBJECTS.get(self.task, KITCHEN_OBJECTS if room == "kitchen" else BEDROOM_OBJECTS)
+        self.target = rng.choice(objects)
+        present = {kind(r) for r in self.receptacles}
+        places = [p for p in PLACES[room] if p in present and p not in NOT_PLACES.get(self.task, ())]
+        self.place = "" if self.task == "look_at_obj_in_light" else rng.choice(places)
+        count = 2 if self.task == "pick_two_obj_and_place" else rng.randint(1, 2)
+        away = [r for r in self.receptacles if kind(r) != self.place]
+        self.where: dict[str, str] = {f"{self.target} {i}": rng.choice(away) for i in range(1, count + 1)}
+        pool = [o for o in (KITCHEN_OBJECTS if room == "kitchen" else BEDROOM_OBJECTS) if o != self.target]
+        for other in rng.sample(pool, rng.randint(2, 4)):
+            self.where[f"{other} 1"] = rng.choice(self.receptacles)
+        self.states: dict[str, set[str]] = {o: set() for o in self.where}
+        self.holding: str | None = None
+        self.location: str | None = None
+        self.lamp_on = False
+
+        self.goal = self._goal_text()
+        self.steps_taken, self.success, self.done = 0, False, False
+        self.optimal_steps = len(self._plan())
+        return (
+            "You are in the middle of a room. Looking quickly around you, you see "
+            f"{listing(self.receptacles)}.\nYour task is to: {self.goal}"
+        )
+
+    def _goal_text(self) -> str:
+        where = f"{prep(self.place + ' 1')} {self.place}"
+        return {
+            "pick_and_place": f"put {article(self.target)} {where}.",
+            "look_at_obj_in_light": f"look at {article(self.target)} under the desklamp.",
+            "pick_clean_then_place": f"put a clean {self.target} {where}.",
+            "pick_heat_then_place": f"put a hot {self.target} {where}.",
+            "pick_cool_then_place": f"put a cool {self.target} {where}.",
+            "pick_two_obj_and_place": f"put two {self.target} {where}.",
+        }[self.task]
+
+    # --- acting ---
+
+    def _act(self, action: str) -> str:
+        parsed = self._parse(action.lower().rstrip(".!"), whole=True)
+        if parsed is None:
+            return NOTHING
+        verb, args = parsed
+        observation = getattr(self, f"_do_{verb}")(*args)
+        if self._goal_met():
+            self.success = self.done = True
+        return observation
+
+    def _do_go(self, receptacle: str) -> str:
+        if receptacle not in self.receptacles or receptacle == self.location:
+            return NOTHING
+        self.location = receptacle
+        return f"You arrive at {receptacle}. {self._describe(receptacle)}"
+
+    def _do_open(self, receptacle: str) -> str:
+        if receptacle != self.location or self.is_open.get(receptacle, True):
+            return NOTHING
+        self.is_open[receptacle] = True
+        return f"You open the {receptacle}. In it, you see {listing(self._contents(receptacle))}."
+
+    def _do_close(self, receptacle: str) -> str:
+        if receptacle != self.location or not self.is_open.get(receptacle, False):
+            return NOTHING
+        self.is_open[receptacle] = False
+        return f"You close the {receptacle}."
+
+    def _do_take(self, obj: str, receptacle: str) -> str:
+        if self.holding or receptacle != self.location or not self._reachable(receptacle):
+            return NOTHING
+        if self.where.get(obj) != receptacle:
+            return NOTHING
+        del self.where[obj]
+        self.holding = obj
+        return f"You pick up the {obj} from the {receptacle}."
+
+    def _do_put(self, obj: str, _prep: str, receptacle: str) -> str:
+        if obj != self.holding or receptacle != self.location or not self._reachable(receptacle):
+            return NOTHING
+        self.where[obj] = receptacle
+        self.holding = None
+        return f"You put the {obj} {prep(receptacle)} the {receptacle}."
+
+    def _do_apply(self, verb: str, obj: str, appliance: str) -> str:
+        if obj != self.holding or appliance != self.location or VERB.get(kind(appliance)) != verb:
+            return NOTHING
+        state = {"clean": "clean", "heat": "hot", "cool": "cool"}[verb]
+        self.states[obj].add(state)
+        self.states[obj].discard(UNDOES.get(state, ""))
+        return f"You {verb} the {obj} using the {appliance}."
+
+    def _do_use(self, thing: str) -> str:
+        if thing != LAMP or self.lamp is None or self.location != self.lamp:
+            return NOTHING
+        self.lamp_on = True
+        return f"You turn on the {LAMP}."
+
+    def _do_examine(self, thing: str) -> str:
+        if thing == self.location:
+            return self._describe(thing)
+        if thing == LAMP and self.location == self.lamp:
+            return f"The {LAMP} is {'on' if self.lamp_on else 'off'}."
+        visible = thing == self.holding or (thing in self.where and thing in self._contents(self.location))
+        if not visible:
+            return NOTHING
+        states = sorted(self.states[thing])
+        return f"The {thing} is {' and '.join(states)}." if states else f"There's nothing special about {thing}."
+
+    def _do_look(self) -> str:
+        if self.location is None:
+            return f"You are in the middle of a room. Looking quickly around you, you see {listing(self.receptacles)}."
+        return f"You are facing the {self.location}. {self._describe(self.location)}"
+
+    def _do_inventory(self) -> str:
+        return f"You are carrying: {article(self.holding)}." if self.holding else "You are not carrying anything."
+
+    def _reachable(self, receptacle: str) -> bool:
+        return self.is_open.get(receptacle, True)
+
+    def _contents(self, receptacle: str | None) -> list[str]:
+        """What an agent at `receptacle` can see there (nothing inside a closed one)."""
+        if receptacle is None or not self._reachable(receptacle):
+            return []
+        lamp = [LAMP] if receptacle == self.lamp else []
+        return lamp + sorted(o for o, r in self.where.items() if r == receptacle)
+
+    def _describe(self, receptacle: str) -> str:
+        if receptacle in self.is_open:
+            if not self.is_open[receptacle]:
+                return f"The {receptacle} is closed."
+            return f"The {receptacle} is open. In it, you see {listing(self._contents(receptacle))}."
+        where = "In" if kind(receptacle) in INSIDE else "On"
+        return f"{where} the {receptacle}, you see {listing(self._contents(receptacle))}."
+
+    def _goal_met(self) -> bool:
+        if self.task == "look_at_obj_in_light":
+            held = self.holding is not None and kind(self.holding) == self.target
+            return held and self.lamp_on and self.location == self.lamp
+        return self._placed(self._goal_receptacle()) >= (2 if self.task == "pick_two_obj_and_place" else 1)
+
+    def _qualifies(self, obj: str) -> bool:
+        return kind(obj) == self.target and (self.task not in STATE or STATE[self.task] in self.states[obj])
+
+    def _placed(self, receptacle: str) -> int:
+        return sum(1 for o, r in self.where.items() if r == receptacle and self._qualifies(o))
+
+    def _goal_receptacle(self) -> str:
+        """The goal's receptacle of the named kind holding the most qualifying objects (the first on a tie)."""
+        places = [r for r in self.receptacles if kind(r) == self.place]
+        return max(places, key=self._placed)
+
+    # --- the expert ---
+
+    def expert_action(self) -> str:
+        plan = self._plan()
+        if not plan:
+            raise RuntimeError("the episode is over: the expert has no next action")
+        return plan[0][0]
+
+    def expert_plan(self) -> list[str]:
+        return [words for _, words in self._plan()]
+
+    def plan_action(self, step: str) -> str | None:
+        text = " ".join(str(step).lower().split())
+        while (stripped := _PREFIX.sub("", text, count=1)) != text:
+            text = stripped
+        parsed = self._parse(text, whole=False)
+        return None if parsed is None else _canonical(*parsed)
+
+    def _plan(self) -> list[tuple[str, str]]:
+        """(action, plan step) pairs from the current state to success. Replanning after each of these
+        actions gives the rest of the same list, so the plan from the start is what the expert does."""
+        if self.done:
+            return []
+        plan = _Planner(self)
+        if self.task == "look_at_obj_in_light":
+            plan.fetch(self.target)
+            plan.go(self.lamp, "where the desklamp is")
+            if not self.lamp_on:
+                plan.add(f"use {LAMP}", f"to look at the {plan.holding}")
+            return plan.steps
+        goal = self._goal_receptacle()
+        needed = (2 if self.task == "pick_two_obj_and_place" else 1) - self._placed(goal)
+        for _ in range(needed):
+            plan.fetch(self.target, counted=goal)
+            obj = plan.holding
+            if self.task in STATE and STATE[self.task] not in self.states[obj]:
+                appliance = APPLIANCE[self.task]
+                verb = VERB[kind(appliance)]
+                plan.go(appliance, f"to {verb} the {obj}")
+                plan.add(f"{verb} {obj} with {appliance}")
+            plan.go(goal, f"to place the {obj}")
+            plan.open(goal, f"to put the {obj} in")
+            plan.add(f"put {obj} {prep(goal)} {goal}")
+            plan.holding = None
+        return plan.steps
+
+    def _parse(self, text: str, whole: bool) -> tuple[str, tuple[str, ...]] | None:
+        """(verb, arguments) of an action naming this room's things; `whole`: the text must be only the
+        action (acting), else the action may be followed by more words (a plan step)."""
+        for verb, pattern in ACTIONS:
+            match = re.fullmatch(pattern, text) if whole else re.match(pattern + _END, text)
+            if match and all(self._known(arg) for arg in match.groups() if " " in arg):
+                return verb, match.groups()
+        return None
+
+    def _known(self, name: str) -> bool:
+        return name in self.receptacles or name in self.states or (name == LAMP and self.lamp is not None)
+
+
+class _Planner:
+    """The expert's plan built on a sketch of the state (where the agent is, what it holds, what is open)."""
+
+    def __init__(self, env: HouseholdEnv):
+        self.env = env
+        self.location = env.location
+        self.holding = env.holding
+        self.opened = {r for r, is_open in env.is_open.items() if is_open}
+        self.taken: set[str] = set()
+        self.steps: list[tuple[str, str]] = []
+
+    def add(self, action: str, purpose: str = "") -> None:
+        self.steps.append((action, f"{action} {purpose}".strip()))
+
+    def go(self, receptacle: str, purpose: str) -> None:
+        if self.location != receptacle:
+            self.add(f"go to {receptacle}", purpose)
+            self.location = receptacle
+
+    def open(self, receptacle: str, purpose: str) -> None:
+        if receptacle in self.env.is_open and receptacle not in self.opened:
+            self.add(f"open {receptacle}", purpose)
+            self.opened.add(receptacle)
+
+    def fetch(self, target: str, counted: str | None = None) -> None:
+        """Hold an object of kind `target`: the one in hand, else the best one not already counted in the
+        goal's receptacle `counted` (one in the wanted state first, then by number); another object in
+        hand is put down here first."""
+        if self.holding is not None and kind(self.holding) == target:
+            return
+        if self.holding is not None:
+            self.open(self.location, "to make room")
+            self.add(f"put {self.holding} {prep(self.location)} {self.location}", "to free your hands")
+            self.holding = None
+        env = self.env
+        candidates = [
+            o for o, r in env.where.items()
+            if kind(o) == target and o not in self.taken and not (r == counted and env._qualifies(o))
+        ]
+        obj = min(candidates, key=lambda o: (not env._qualifies(o), _order(o)))
+        receptacle = env.where[obj]
+        self.go(receptacle, f"to find the {target}")
+        self.open(receptacle, "to look inside")
+        self.add(f"take {obj} from {receptacle}")
+        self.holding = obj
+        self.taken.add(obj)
+
+
+def _order(name: str) -> tuple[str, int]:
+    """Sort by kind, then number: cabinet 2 before cabinet 10."""
+    base, _, number = name.rpartition(" ")
+    return base, int(number)
+
+
+def _canonical(verb: str, args: tuple[str, ...]) -> str:
+    if verb == "put":
+        return f"put {args[0]} {prep(args[2])} {args[2]}"
+    if verb == "apply":
+        return f"{args[0]} {args[1]} with {args[2]}"
+    if verb == "go":
+        return f"go to {args[0]}"
+    if verb == "take":
+        return f"take {args[0]} from {args[1]}"
+    return " ".join((verb, *args))
