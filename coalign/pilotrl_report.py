@@ -1,0 +1,97 @@
+"""Tables of a PilotRL bench from its results (pure): per-environment success, held-in / held-out averages,
+paired differences, tokens and steps per task (the paper's Table 9), plan-update frequency (Table 10).
+
+`results` = {"seeds": [...], "heldin": [...], "heldout": [...], "runs": {variant: {seed: metrics}}}, where
+a run's metrics hold one block per plan-update interval ("k1", "k2", ...) as `recipes.pilotrl` writes them.
+"""
+
+from __future__ import annotations
+
+from statistics import mean, stdev
+
+from coalign.bench_report import _table, mean_std
+
+NAMES = {"adaplan": "SFT (AdaPlan)", "react": "SFT (ReAct)"}
+
+
+def _fmt(values: list[float], digits: int = 1) -> str:
+    if not values:
+        return "-"
+    m, s = mean_std(values)
+    return f"{m:.{digits}f} ± {s:.{digits}f}" if len(values) > 1 else f"{m:.{digits}f}"
+
+
+def _runs(results: dict, variant: str, k: str = "k1") -> list[dict]:
+    runs = results["runs"].get(variant, {})
+    return [runs[str(s)][k] for s in results["seeds"] if str(s) in runs and k in runs[str(s)]]
+
+
+def success_table(results: dict) -> str:
+    """Success rate (%) per environment and split average, mean ± std over seeds, plan updated every step."""
+    envs = [*results["heldin"], *results["heldout"]]
+    headers = ["success (%)", *envs, "held-in avg", "held-out avg"]
+    rows = []
+    for variant in results["runs"]:
+        blocks = _runs(results, variant)
+        cells = [_fmt([b["envs"][e]["success"] for b in blocks]) for e in envs]
+        cells += [_fmt([b[split]["success"] for b in blocks if b[split]]) for split in ("heldin", "heldout")]
+        rows.append([NAMES.get(variant, variant), *cells])
+    return _table(headers, rows)
+
+
+def paired_table(results: dict, variant: str = "adaplan", baseline: str = "react") -> str:
+    """`variant` minus `baseline` per seed on each split's average success, with the paired t statistic."""
+    rows = []
+    for split in ("heldin", "heldout"):
+        diffs = []
+        for seed in map(str, results["seeds"]):
+            a = results["runs"].get(variant, {}).get(seed, {}).get("k1", {}).get(split)
+            b = results["runs"].get(baseline, {}).get(seed, {}).get("k1", {}).get(split)
+            if a and b:
+                diffs.append(a["success"] - b["success"])
+        t = mean(diffs) / (stdev(diffs) / len(diffs) ** 0.5) if len(diffs) > 1 and stdev(diffs) > 0 else float("nan")
+        rows.append([split, " / ".join(f"{d:+.1f}" for d in diffs) or "-", _fmt(diffs), f"{t:.2f}"])
+    title = f"{NAMES.get(variant, variant)} − {NAMES.get(baseline, baseline)} (points)"
+    return _table([title, "per seed", "mean ± std", "t"], rows)
+
+
+def cost_table(results: dict) -> str:
+    """Generated tokens and steps per task, per environment (Table 9), mean over seeds."""
+    envs = [*results["heldin"], *results["heldout"]]
+    rows = []
+    for variant in results["runs"]:
+        blocks = _runs(results, variant)
+        for measure in ("tokens", "steps"):
+            cells = [_fmt([b["envs"][e][measure] for b in blocks], 0 if measure == "tokens" else 1) for e in envs]
+            rows.append([f"{NAMES.get(variant, variant)}: {measure} / task", *cells])
+    return _table(["", *envs], rows)
+
+
+def update_table(results: dict, variant: str = "adaplan") -> str:
+    """Success (%) and steps per task when the plan is rewritten every k steps (Table 10)."""
+    envs = [*results["heldin"], *results["heldout"]]
+    runs = results["runs"].get(variant, {})
+    ks = sorted({k for run in runs.values() for k in run}, key=lambda k: int(k[1:]))
+    rows = []
+    for k in ks:
+        blocks = _runs(results, variant, k)
+        cells = [f"{_fmt([b['envs'][e]['success'] for b in blocks])} / {_fmt([b['envs'][e]['steps'] for b in blocks])}"
+                 for e in envs]  # fmt: skip
+        avg = [_fmt([b[split]["success"] for b in blocks if b[split]]) for split in ("heldin", "heldout")]
+        rows.append([f"every {k[1:]} step(s)", *cells, *avg])
+    return _table(["plan update", *(f"{e} (success / steps)" for e in envs), "held-in avg", "held-out avg"], rows)
+
+
+def report_markdown(results: dict) -> str:
+    seeds = ", ".join(map(str, results["seeds"]))
+    parts = [
+        f"# PilotRL bench: SFT cold starts, seeds {seeds}",
+        "Success rate (%) over each environment's evaluation tasks, mean ± sample std over seeds.",
+        success_table(results),
+    ]
+    if {"adaplan", "react"} <= set(results["runs"]):
+        parts += ["Paired by seed:", paired_table(results)]
+    parts += ["Generated tokens and steps per task (Table 9):", cost_table(results)]
+    if "adaplan" in results["runs"]:
+        parts += ["AdaPlan, plan rewritten every k steps (Table 10):", update_table(results)]
+    return "\n\n".join(parts) + "\n"

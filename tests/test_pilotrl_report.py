@@ -1,0 +1,56 @@
+"""The PilotRL bench's tables from hand-written results, and the expert's AdaPlan/ReAct episodes on every
+bundled environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from coalign.envs import HELDIN, HELDOUT
+from coalign.expert import expert_conversation
+from coalign.formats_adaplan import parse_turn
+from coalign.pilotrl_report import paired_table, report_markdown, success_table, update_table
+
+
+def block(success: float, k: str = "k1") -> dict:
+    env = {"success": success, "reward": success / 100, "steps": 5.0, "tokens": 80.0}
+    return {k: {"envs": {"a": env, "b": env}, "heldin": {"success": success}, "heldout": {"success": success / 2}}}
+
+
+RESULTS = {
+    "seeds": [0, 1],
+    "heldin": ["a"],
+    "heldout": ["b"],
+    "runs": {
+        "adaplan": {"0": {**block(40.0), **block(30.0, "k2")}, "1": {**block(50.0), **block(20.0, "k2")}},
+        "react": {"0": block(30.0), "1": block(36.0)},
+    },
+}
+
+
+def test_success_table_gives_mean_and_std_over_seeds():
+    table = success_table(RESULTS)
+    assert "| SFT (AdaPlan) | 45.0 ± 7.1 | 45.0 ± 7.1 | 45.0 ± 7.1 | 22.5 ± 3.5 |" in table
+
+
+def test_paired_differences_and_t():
+    table = paired_table(RESULTS)
+    assert "| heldin | +10.0 / +14.0 | 12.0 ± 2.8 | 6.00 |" in table
+
+
+def test_update_table_lists_every_interval():
+    table = update_table(RESULTS)
+    assert "every 1 step(s)" in table and "every 2 step(s)" in table and "25.0 ± 7.1 / 5.0 ± 0.0" in table
+
+
+def test_report_holds_all_tables():
+    text = report_markdown(RESULTS)
+    assert text.count("|---") >= 4 and "Table 9" in text and "Table 10" in text
+
+
+@pytest.mark.parametrize("name", [*HELDIN, *HELDOUT])
+@pytest.mark.parametrize("mode", ["adaplan", "react"])
+def test_expert_episodes_parse_on_every_environment(name, mode):
+    for seed in range(3):
+        turns = [parse_turn(m["content"], expect_plan=False) for m in expert_conversation(name, seed, mode)[1::2]]
+        assert turns and all(t.well_formed and t.action for t in turns)
+        assert (turns[0].plan is not None) == (mode == "adaplan")
