@@ -15,7 +15,7 @@ from coalign.config import RunConfig
 from coalign.parallel import Job, run_jobs
 from coalign.pilotrl_report import report_markdown
 from coalign.recipes.pilotrl import run_pilotrl
-from coalign.runs import atomic_write_text, config_dump, write_json
+from coalign.runs import atomic_write_text, write_json
 
 VARIANTS = ("adaplan", "react")
 
@@ -58,7 +58,7 @@ def run_pilotrl_bench(
         "seeds": seeds,
         "heldin": list(config.pilotrl.heldin),
         "heldout": list(config.pilotrl.heldout),
-        "config": config_dump(config),
+        "config": config.model_dump(mode="json"),
         "runs": runs,
     }
     prefix = f"{name}-" if name else ""
