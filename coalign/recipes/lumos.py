@@ -68,13 +68,16 @@ def initial_models(run: Run, config: RunConfig, train: list[Task], console: Cons
     """Paths of the planner's and grounder's starting checkpoints; `tiny` ones are made here."""
     models = config.models
     tiny_dir = run.path("models", "tiny-init")
-    if "tiny" in (models.planner, models.grounder) and not run.is_done("init"):
-        started = time.time()
+
+    def make() -> dict:
         console.print("making a tiny model: BPE tokenizer on the training text, small Llama config")
         texts = [text for t in train for text in tokenizer_texts(t)]
         with atomic_dir(tiny_dir) as tmp:
             make_tiny_model(texts, tmp, models.tiny, seed=config.seed)
-        run.mark_done("init", [tiny_dir], {"path": str(tiny_dir)}, started)
+        return {"path": str(tiny_dir)}
+
+    if "tiny" in (models.planner, models.grounder):
+        run.stage("init", make, [tiny_dir])
     return tuple(str(tiny_dir) if name == "tiny" else name for name in (models.planner, models.grounder))
 
 
@@ -149,12 +152,13 @@ def train_agent(
     """One SFT stage, skipped when its checkpoint is already complete; `inputs`: the files its examples
     came from besides the config, so the stage is redone when they change."""
     out = run.path("checkpoints", stage)
-    if not run.is_done(stage):
-        started = time.time()
+
+    def train() -> dict:
         console.print(f"[bold]{stage}[/bold]: SFT on {len(examples)} examples from {init}")
         sft(init, examples, out, settings, seed=seed, trust_remote_code=trust_remote_code)
-        info = {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}
-        run.mark_done(stage, [out], info, started, inputs=[init, *inputs])
+        return {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}
+
+    run.stage(stage, train, [out], inputs=[init, *inputs])
     return str(out)
 
 
@@ -165,30 +169,31 @@ def evaluate_run(
 
     Per split: each set's metrics, its task family, the mean over all sets, and the mean per family
     (the only place grounding PPL is averaged when a split mixes families)."""
-    if run.is_done(name):
-        return read_json(run.path(name, "metrics.json"))
-    started = time.time()
-    trust = config.models.trust_remote_code
-    planner, grounder = Agent.load(planner_path, trust), Agent.load(grounder_path, trust)
-    results: dict = {}
-    for split in ("heldin", "heldout"):
-        per_set, families = {}, {}
-        for source in getattr(config.data, split):
-            label = source_name(source)
-            tasks = load_split(run, config, [source], f"{split}/{label}", console)
-            console.print(f"[bold]{name}[/bold] {split}/{label}: {len(tasks)} tasks")
-            metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{label}")
-            write_jsonl(run.path(name, f"{split}-{label}.predictions.jsonl"), rows)
-            per_set[label], families[label] = metrics, set_family(tasks)
-        results[split] = {
-            "sets": per_set,
-            "average": split_summary(per_set, families),
-            "families": families,
-            "family_average": family_summaries(per_set, families),
-        }
-    write_json(run.path(name, "metrics.json"), results)
-    run.mark_done(name, [run.path(name)], {}, started, inputs=[planner_path, grounder_path])
-    return results
+
+    def evaluate() -> dict:
+        trust = config.models.trust_remote_code
+        planner, grounder = Agent.load(planner_path, trust), Agent.load(grounder_path, trust)
+        results: dict = {}
+        for split in ("heldin", "heldout"):
+            per_set, families = {}, {}
+            for source in getattr(config.data, split):
+                label = source_name(source)
+                tasks = load_split(run, config, [source], f"{split}/{label}", console)
+                console.print(f"[bold]{name}[/bold] {split}/{label}: {len(tasks)} tasks")
+                metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{label}")
+                write_jsonl(run.path(name, f"{split}-{label}.predictions.jsonl"), rows)
+                per_set[label], families[label] = metrics, set_family(tasks)
+            results[split] = {
+                "sets": per_set,
+                "average": split_summary(per_set, families),
+                "families": families,
+                "family_average": family_summaries(per_set, families),
+            }
+        write_json(run.path(name, "metrics.json"), results)
+        return {}
+
+    run.stage(name, evaluate, [run.path(name)], inputs=[planner_path, grounder_path])
+    return read_json(run.path(name, "metrics.json"))
 
 
 def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str, console: Console) -> str:
