@@ -29,7 +29,7 @@ from coalign.models import make_tiny_model
 from coalign.recipes.lumos import grounder_pair
 from coalign.stages.score import encode_completion, prefix_groups, score_completions
 from coalign.tasks import Task
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 
 
 def stage1_rows(tasks: list[Task], k: int) -> tuple[list[str], list[str]]:

@@ -231,7 +231,7 @@ FamilyOpt = Annotated[
 def _suite(family: str):
     """The bundled generator of a task family."""
     from coalign.tasks.qa_suite import generate_qa_suite
-    from coalign.tasks.suite import generate_suite
+    from coalign.tasks.maths_suite import generate_suite
 
     generators = {"maths": generate_suite, "qa": generate_qa_suite}
     if family not in generators:
@@ -249,7 +249,7 @@ def data_suite(
     """Write a bundled suite's splits as tasks JSONL and Lumos planner/grounder rows."""
     from coalign.runs import write_jsonl
     from coalign.tasks.lumos import save_lumos_rows, task_to_rows
-    from coalign.tasks.suite import SPLITS
+    from coalign.tasks.maths_suite import SPLITS
 
     generate = _suite(family)
     for split in SPLITS:
@@ -275,7 +275,7 @@ def data_check_gold(
     from coalign.tasks.gold import gold_execution_report
     from coalign.tasks.gsm8k import load_gsm8k
     from coalign.tasks.sources import report_skipped
-    from coalign.tasks.suite import SPLITS
+    from coalign.tasks.maths_suite import SPLITS
     from coalign.tasks.svamp import load_svamp
 
     if kind == "suite":

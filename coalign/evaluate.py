@@ -24,7 +24,7 @@ from coalign.formats_iterative import turn_examples
 from coalign.iterative import Rollout, run_episodes
 from coalign.metrics import accuracy, answer_correct, lumos_exact_match
 from coalign.stages.score import score_completions
-from coalign.tasks import Task, qa_suite, suite, web_suite
+from coalign.tasks import Task, maths_suite, qa_suite, web_suite
 from coalign.tasks.episodes import grounder_conversation
 from coalign.tools.executor import execute
 from coalign.tools.shop import ShopEpisode
@@ -33,7 +33,7 @@ from coalign.web_metrics import step_success_rate
 # Per family, the content-free subgoal that blanks a plan: one of the family's own vague subgoals,
 # so a blanked plan is text the grounder has seen in training, just without information.
 BLANK_SUBGOALS: dict[str, str] = {
-    "maths": suite.BLANK_SUBGOAL,
+    "maths": maths_suite.BLANK_SUBGOAL,
     "qa": qa_suite.BLANK_SUBGOAL,
     "web": web_suite.BLANK_SUBGOAL,
 }

@@ -25,7 +25,7 @@ from coalign.recipes.lumos import grounder_data, grounder_examples, planner_data
 from coalign.stages.sft import sft_dataset
 from coalign.tasks.episodes import gold_feedback
 from coalign.tasks.sources import load_data, refuse_in_rounds
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.web_suite import BLANK_SUBGOAL, generate_web_suite
 from coalign.config import DataSource
 from tests.test_pipeline import TINY

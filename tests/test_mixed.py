@@ -12,7 +12,7 @@ from coalign.recipes.lumos import grounder_pair, planner_pair
 from coalign.recipes.moat import run_moat
 from coalign.tasks.qa_suite import generate_qa_suite
 from coalign.tasks.sources import load_sources
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 from tests.test_moat import MOAT
 
 MIXED = {

@@ -13,7 +13,7 @@ from coalign.recipes.lumos import prepare_run
 from coalign.recipes.moat import dpo_stage, moat_rounds, pair_stage, run_moat, score_stage
 from coalign.runs import Run
 from coalign.tasks.sources import load_sources
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 from tests.fault_server import KEY, Reply
 from tests.test_pipeline import TINY
 

@@ -25,7 +25,7 @@ from coalign.stages.score import ActionScore
 from coalign.stages.turn_critic import judge_turn, judge_turns
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
 from coalign.tasks.sources import load_data
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.web_suite import generate_web_suite
 from tests.test_iterative import WEB_RUN
 from tests.test_moat import MOAT

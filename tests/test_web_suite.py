@@ -9,7 +9,7 @@ from functools import cache
 from coalign.formats import TOOL_PREAMBLES
 from coalign.tasks import Task
 from coalign.tasks.shop_world import KINDS, PER_KIND, build_catalogue, bundled_catalogue
-from coalign.tasks.suite import SPLITS, STYLES
+from coalign.tasks.maths_suite import SPLITS, STYLES
 from coalign.tasks.web_sites import TEMPLATES
 from coalign.tasks.web_suite import VAGUE_SUBGOALS, generate_web_suite
 from coalign.tools.shop import Goal, ShopEpisode

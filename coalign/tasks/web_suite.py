@@ -20,7 +20,7 @@ import random
 
 from coalign.tasks import Task
 from coalign.tasks.shop_world import bundled_catalogue, kind_of
-from coalign.tasks.suite import SPLITS, STYLE_WEIGHTS
+from coalign.tasks.maths_suite import SPLITS, STYLE_WEIGHTS
 from coalign.tasks.web_sites import TEMPLATES, SiteTask
 from coalign.tools.shop import BUY, NO_PRICE_LIMIT, PREV, Catalogue, Goal, ShopEpisode, price_upper
 from coalign.tools.web import START_PAGE, Element, format_web_action
