@@ -21,7 +21,7 @@ from coalign.config import SFTSettings, TinySpec
 from coalign.formats import lumos_generation_prompt
 from coalign.models import make_tiny_model
 from coalign.parallel import Job, run_jobs
-from coalign.recipes.lumos import grounder_pair
+from coalign.recipes.sft_data import grounder_pair
 from coalign.stages.sft import sft
 from coalign.tasks.maths_suite import generate_suite
 

@@ -23,12 +23,12 @@ from rich.console import Console
 
 from coalign.config import RunConfig
 from coalign.parallel import Job, run_jobs
-from coalign.recipes.lumos import (
+from coalign.recipes.lumos import matched_rounds
+from coalign.recipes.shared import (
     cold_start_agent,
     evaluate_run,
     initial_models,
     load_split,
-    matched_rounds,
     prepare_run,
     record_config,
 )

@@ -118,7 +118,7 @@ def eval_(
     skip_bad_rows: SkipOpt = False,
 ) -> None:
     """Planner -> grounder -> executor on the config's held-in and held-out sets."""
-    from coalign.recipes.lumos import evaluate_run, prepare_run
+    from coalign.recipes.shared import evaluate_run, prepare_run
 
     cfg = _config(config, set_, skip_bad_rows)
     if not cfg.data.heldin and not cfg.data.heldout:

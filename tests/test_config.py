@@ -69,7 +69,7 @@ def test_config_changes_name_dotted_keys_with_old_and_new_values():
 
 def test_resume_with_a_changed_config_is_refused_unless_forced(tmp_path):
     from coalign.config import config_to_yaml
-    from coalign.recipes.lumos import record_config
+    from coalign.recipes.shared import record_config
     from coalign.runs import Run
 
     run = Run(tmp_path)

@@ -12,7 +12,7 @@ from coalign.bench_report import accuracy_table, per_round_table, ppl_table, pre
 from coalign.config import EvalSettings, load_config
 from coalign.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.formats import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
-from coalign.recipes.lumos import round_tasks
+from coalign.recipes.shared import round_tasks
 from coalign.recipes.moat import round_premise
 from coalign.report import eval_rows
 from coalign.stages.critic import CriticInput, ExecutionCritic

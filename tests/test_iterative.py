@@ -21,7 +21,7 @@ from coalign.formats_iterative import (
 )
 from coalign.iterative import malformed_grounding, run_episodes
 from coalign.models import make_tiny_model, render_prompt
-from coalign.recipes.lumos import grounder_data, grounder_examples, planner_data, planner_examples
+from coalign.recipes.sft_data import grounder_data, grounder_examples, planner_data, planner_examples
 from coalign.stages.sft import sft_dataset
 from coalign.tasks.episodes import gold_feedback
 from coalign.tasks.sources import load_data, refuse_in_rounds

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from coalign.config import load_config
-from coalign.recipes.lumos import prepare_run
+from coalign.recipes.shared import prepare_run
 from coalign.recipes.moat import dpo_stage, moat_rounds, pair_stage, run_moat, score_stage
 from coalign.runs import Run
 from coalign.tasks.sources import load_sources

@@ -15,7 +15,8 @@ from coalign.formats import grounder_prompt, planner_prompt
 from coalign.formats_iterative import chat_prompt, planner_turn
 from coalign.models import load_tokenizer, render_prompt
 from coalign.recipes import moat
-from coalign.recipes.lumos import planner_pair, round_tasks
+from coalign.recipes.sft_data import planner_pair
+from coalign.recipes.shared import round_tasks
 from coalign.recipes.moat import pair_stage, round_premise, run_moat, score_stage
 from coalign.recipes.units import round_units, task_units, turn_subgoal
 from coalign.report import markdown_table
@@ -148,7 +149,7 @@ def test_a_fitted_grounder_scores_the_gold_subgoal_of_a_turn_below_a_content_fre
     from coalign.agents import Agent
     from coalign.config import SFTSettings, TinySpec
     from coalign.models import make_tiny_model
-    from coalign.recipes.lumos import grounder_examples, tokenizer_texts
+    from coalign.recipes.sft_data import grounder_examples, tokenizer_texts
     from coalign.stages.score import score_completions
     from coalign.stages.sft import sft
 

@@ -42,15 +42,8 @@ from coalign.config import RunConfig
 from coalign.errors import RunError
 from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.metrics import answer_correct
-from coalign.recipes.lumos import (
-    cold_start,
-    evaluate_run,
-    grounder_data,
-    load_split,
-    prepare_run,
-    round_tasks,
-    train_agent,
-)
+from coalign.recipes.sft_data import grounder_data
+from coalign.recipes.shared import cold_start, evaluate_run, load_split, prepare_run, round_tasks, train_agent
 from coalign.recipes.units import Unit, round_units, turn_subgoal
 from coalign.runs import Run, read_json, write_json, write_jsonl
 from coalign.stages.critic import CriticInput, make_critic, verdict_counts
