@@ -86,22 +86,21 @@ def train(
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """Run the config's recipe: `lumos` (independent SFT, the baseline) or `moat` (cold start + MOAT rounds)."""
-    from coalign.recipes.lumos import run_lumos
-    from coalign.recipes.moat import run_moat
+    """Run the config's recipe (`recipe_registry`): `lumos` (independent SFT, the baseline) or `moat` (cold start
+    + MOAT rounds)."""
+    from coalign.recipe_registry import load, recipe
 
     cfg = _config(config, set_, skip_bad_rows)
-    started = time.time()
-    recipe = {"lumos": run_lumos, "moat": run_moat}[cfg.recipe]
+    started, entry = time.time(), recipe(cfg.recipe)
     try:
-        results = recipe(cfg, run_dir or Path("runs") / cfg.name, console, force)
+        results = load(entry.run)(cfg, run_dir or Path("runs") / cfg.name, console, force)
     except (DataError, RunError) as err:
         raise _fail(err) from None
-    if cfg.recipe == "moat":
+    if entry.history:
         from coalign.report import eval_table
 
         for name, round_results in results.items():
-            console.print(eval_table(round_results, title=f"MOAT {name}: evaluation (%)"))
+            console.print(eval_table(round_results, title=f"{cfg.recipe.upper()} {name}: evaluation (%)"))
     else:
         _show(results)
     console.print(f"wall time {time.time() - started:.0f} s")
@@ -186,7 +185,7 @@ def bench(
     config: Annotated[str, typer.Argument(help="YAML config path, or a bundled config name")] = "tiny",
     run_dir: Annotated[Path, typer.Option("--run-dir", help="bench folder")] = Path("runs/bench"),
     seeds: Annotated[str, typer.Option(help="comma-separated seeds")] = "0,1,2",
-    recipes: Annotated[str, typer.Option(help="comma-separated: lumos, moat, moat_no_stage1, ...")] = "",
+    recipes: Annotated[str, typer.Option(help="comma-separated: lumos, moat, moat_no_stage1, ... (default: all)")] = "",
     k_sweep: Annotated[str, typer.Option("--k-sweep", help="comma-separated K values run as moat_k<K>")] = "",
     workers: Annotated[Optional[int], typer.Option(help="jobs side by side (default: CPU cores; 1 on GPU)")] = None,
     name: Annotated[str, typer.Option(help="prefix of the result files, for several benches in one folder")] = "",
@@ -195,9 +194,9 @@ def bench(
     skip_bad_rows: SkipOpt = False,
 ) -> None:
     """Lumos vs MOAT vs its ablations over seeds, from shared cold starts: results.json, report.md, plots."""
-    from coalign.bench import DEFAULT_RECIPES
+    from coalign.recipe_registry import bench_names
 
-    names = [r.strip() for r in recipes.split(",") if r.strip()] or list(DEFAULT_RECIPES)
+    names = [r.strip() for r in recipes.split(",") if r.strip()] or list(bench_names())
     names += [f"moat_k{k}" for k in _ints(k_sweep, "--k-sweep")]
     _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_, name, force, skip_bad_rows)
 

@@ -11,7 +11,9 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from coalign.recipe_registry import RECIPES
 
 
 class Settings(BaseModel):
@@ -219,7 +221,7 @@ def check_critic_options(critic: str, options: dict) -> None:
 
 class RunConfig(Settings):
     name: str
-    recipe: Literal["lumos", "moat"] = "lumos"
+    recipe: str = Field("lumos", description="a recipe of `recipe_registry.REGISTRY`: lumos, moat")
     seed: int = 0
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default = all cores")
     data: DataSettings
@@ -233,6 +235,13 @@ class RunConfig(Settings):
     )
     moat: MoatSettings = MoatSettings()
     eval: EvalSettings = EvalSettings()
+
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, name: str) -> str:
+        if name not in RECIPES:
+            raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
+        return name
 
 
 class ConfigError(ValueError):

@@ -132,3 +132,12 @@ def test_critic_options_that_leak_a_secret_or_do_not_fit_are_refused(options, cr
 def test_llm_critic_options_that_fit_are_accepted():
     options = {**LLM, "api_key_env": "MY_KEY", "max_calls": 100, "max_seconds": 600, "timeout_s": 30}
     assert load_config("tiny", {"moat": {"critic": "llm", "critic_options": options}}).moat.critic_options == options
+
+
+def test_recipe_names_come_from_the_registry():
+    from coalign.recipe_registry import REGISTRY
+
+    for name in REGISTRY:
+        assert load_config("tiny", {"recipe": name}).recipe == name
+    with pytest.raises(ConfigError, match=r"field 'recipe': .*unknown recipe 'pilot'; known: lumos, moat"):
+        load_config("tiny", {"recipe": "pilot"})
