@@ -27,7 +27,7 @@ from coalign.config import TinySpec
 from coalign.formats import format_actions, format_subgoals, grounder_prompt, lumos_generation_prompt
 from coalign.models import make_tiny_model
 from coalign.recipes.sft_data import grounder_pair
-from coalign.stages.score import encode_completion, prefix_groups, score_completions
+from coalign.scoring import encode_completion, prefix_groups, score_completions
 from coalign.tasks import Task
 from coalign.tasks.maths_suite import generate_suite
 

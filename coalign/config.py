@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from coalign.critic_options import check_critic_options
 from coalign.recipe_registry import RECIPES
 
 
@@ -192,31 +192,6 @@ class MoatSettings(Settings):
             )
         check_critic_options(self.critic, self.critic_options)
         return self
-
-
-SECRET_OPTIONS = frozenset({"api_key", "apikey", "key", "token", "access_token", "secret", "password", "authorization"})
-
-
-def check_critic_options(critic: str, options: dict) -> None:
-    """ValueError unless `options` build the critic; a secret in them would be saved with the run's config."""
-    secret = sorted(name for name in options if str(name).lower() in SECRET_OPTIONS)
-    if secret:
-        raise ValueError(
-            f"critic_options.{secret[0]}: a secret in the config is saved with the run; put the key in an "
-            "environment variable and give its name as critic_options.api_key_env"
-        )
-    url = urlsplit(str(options.get("base_url", "")))
-    if url.username or url.password or url.query:
-        raise ValueError("critic_options.base_url must not hold credentials or a query; use api_key_env for the key")
-    if critic != "llm" and options:
-        raise ValueError(f"critic_options apply to critic 'llm' only; critic is '{critic}'")
-    if critic == "llm" and options.get("backend", "openai") == "openai":
-        from coalign.stages.critic import make_critic  # the critic's own signatures say what fits
-
-        try:
-            make_critic(critic, **options)
-        except TypeError as exc:
-            raise ValueError(f"critic_options do not fit the llm critic: {exc}") from None
 
 
 class RunConfig(Settings):

@@ -23,7 +23,7 @@ from coalign.formats import FormatError, format_actions, format_subgoals, ground
 from coalign.formats_iterative import turn_examples
 from coalign.iterative import Rollout, run_episodes
 from coalign.metrics import accuracy, answer_correct, lumos_exact_match
-from coalign.stages.score import score_completions
+from coalign.scoring import score_completions
 from coalign.tasks import Task, maths_suite, qa_suite, web_suite
 from coalign.tasks.episodes import grounder_conversation
 from coalign.tools.executor import execute

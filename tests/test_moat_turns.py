@@ -22,7 +22,7 @@ from coalign.recipes.units import round_units, task_units, turn_subgoal
 from coalign.report import markdown_table
 from coalign.runs import Run
 from coalign.stages.dpo import dpo_dataset
-from coalign.stages.score import ActionScore
+from coalign.scoring import ActionScore
 from coalign.stages.turn_critic import judge_turn, judge_turns
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
 from coalign.tasks.sources import load_data
@@ -150,7 +150,7 @@ def test_a_fitted_grounder_scores_the_gold_subgoal_of_a_turn_below_a_content_fre
     from coalign.config import SFTSettings, TinySpec
     from coalign.models import make_tiny_model
     from coalign.recipes.sft_data import grounder_examples, tokenizer_texts
-    from coalign.stages.score import score_completions
+    from coalign.scoring import score_completions
     from coalign.stages.sft import sft
 
     tasks = [t for t in generate_web_suite("train", 40) if t.subgoal_styles[0] == "explicit"][:2]

@@ -50,7 +50,7 @@ from coalign.stages.critic import CriticInput, make_critic, verdict_counts
 from coalign.stages.dpo import dpo
 from coalign.stages.pairs import auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
 from coalign.stages.sample import sample_completions
-from coalign.stages.score import score_completions
+from coalign.scoring import score_completions
 from coalign.stages.turn_critic import judge_turn, judge_turns
 from coalign.tasks import Task
 from coalign.tasks.jsonl import read_jsonl

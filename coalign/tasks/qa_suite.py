@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from coalign.tasks import Task
-from coalign.tasks.qa_world import Entity, World, bundled_world, number
+from coalign.tools.qa_world import Entity, World, bundled_world, number
 from coalign.tasks.maths_suite import SPLITS, STYLE_WEIGHTS
 
 HELDIN_SHARE = 5  # one question in HELDIN_SHARE (by text digest) belongs to "heldin", the rest to "train"
