@@ -21,6 +21,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from coalign.console import make_console
+
 from coalign.config import RunConfig
 from coalign.parallel import Job, run_jobs
 from coalign.recipes.shared import (
@@ -59,7 +61,7 @@ def _cold_config(config: RunConfig, seed: int) -> RunConfig:
 
 
 def _cold_agent(config: RunConfig, cold_dir: Path, agent: str) -> str:
-    run, console = Run(cold_dir), Console()
+    run, console = Run(cold_dir), make_console()
     return cold_start_agent(run, config, load_split(run, config, config.data.train, "train", console), agent, console)
 
 
@@ -69,11 +71,11 @@ def _cold_checkpoints(cold_dir: Path) -> tuple[str, str]:
 
 def _cold_eval(config: RunConfig, cold_dir: Path) -> dict:
     planner, grounder = _cold_checkpoints(cold_dir)
-    return evaluate_run(Run(cold_dir), config, planner, grounder, Console(), name="round0_eval")
+    return evaluate_run(Run(cold_dir), config, planner, grounder, make_console(), name="round0_eval")
 
 
 def _recipe_rounds(config: RunConfig, cold_dir: Path, recipe_dir: Path, round0: dict) -> dict:
-    console = Console()
+    console = make_console()
     run = prepare_run(config, recipe_dir, console)
     planner, grounder = _cold_checkpoints(cold_dir)
     rounds = load(recipe(config.recipe).rounds)

@@ -9,15 +9,14 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-
 from coalign.config import ConfigError, load_config
+from coalign.console import make_console
 from coalign.errors import DataError, RunError
 
 app = typer.Typer(help="Train teams of LLM agents to work together (MOAT).", no_args_is_help=True)
 data_app = typer.Typer(help="Make and check task data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
-console = Console()
+console = make_console()
 
 ConfigArg = Annotated[str, typer.Argument(help="YAML config path, or a bundled config name: tiny, paper")]
 RunDirOpt = Annotated[Optional[Path], typer.Option("--run-dir", help="run folder (default runs/<config name>)")]
@@ -122,15 +121,20 @@ def eval_(
     cfg = _config(config, set_, skip_bad_rows)
     if not cfg.data.heldin and not cfg.data.heldout:
         raise _fail(RunError(f"{config}: nothing to evaluate; add sets under data.heldin or data.heldout"))
-    root = run_dir or Path("runs") / cfg.name
-    if planner or grounder:
-        root = root / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
+    trained = run_dir or Path("runs") / cfg.name
+    defaults = {agent: trained / "checkpoints" / f"{agent}_sft" for agent in ("planner", "grounder")}
+    for agent, given in (("planner", planner), ("grounder", grounder)):
+        if given is None and not defaults[agent].is_dir():
+            where = f"{trained}: no such run folder" if not trained.is_dir() else f"{defaults[agent]}: no checkpoint"
+            raise _fail(
+                RunError(f"{where}; train first (coalign train {config} --run-dir {trained}) or give --{agent}")
+            )
+    root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}" if planner or grounder else trained
     run = prepare_run(cfg, root, console, force)
-    planner = planner or str(run.path("checkpoints", "planner_sft"))
-    grounder = grounder or str(run.path("checkpoints", "grounder_sft"))
+    planner, grounder = planner or str(defaults["planner"]), grounder or str(defaults["grounder"])
     try:
         results = evaluate_run(run, cfg, planner, grounder, console)
-    except (DataError, RunError) as err:
+    except (DataError, RunError, OSError) as err:  # OSError: a checkpoint that cannot be loaded
         raise _fail(err) from None
     _show(results)
 
