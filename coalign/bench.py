@@ -137,11 +137,11 @@ def run_bench(
         for agent in ("grounder", "planner")  # longest first
         for s in seeds
     ]
-    run_jobs(jobs, workers, "cold start")
+    run_jobs(jobs, workers, "cold start", console)
     round0_jobs = [
         Job(f"seed {s} round 0", _cold_eval, (cold_configs[s], cold[s]), cold[s] / "eval.log") for s in seeds
     ]
-    round0 = dict(zip(seeds, run_jobs(round0_jobs, workers, "round 0 evaluation")))
+    round0 = dict(zip(seeds, run_jobs(round0_jobs, workers, "round 0 evaluation", console)))
     keys = list(configs)
     histories = run_jobs(
         [
@@ -155,6 +155,7 @@ def run_bench(
         ],
         workers,
         "recipes",
+        console,
     )
     runs: dict = {r: {} for r in recipes}
     for (s, r), history in zip(keys, histories):
