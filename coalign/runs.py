@@ -212,16 +212,15 @@ class Run:
         work: Callable[[], dict | None],
         artifacts: Iterable[str | Path],
         inputs: Iterable[str | Path] = (),
-    ) -> bool:
+    ) -> None:
         """Run stage `name` unless it is done: `work()` writes `artifacts` from `inputs` and returns the
         record's info; then the stage is marked done. A stage body is only its work, and one that raises
-        is not marked, so a rerun redoes it. Returns whether the work ran."""
+        is not marked, so a rerun redoes it."""
         if self.is_done(name):
-            return False
+            return
         started = time.time()
         info = work()
         self.mark_done(name, artifacts, info, started, inputs=inputs)
-        return True
 
     def stage_info(self, stage: str) -> dict:
         return read_json(self._marker(stage))
