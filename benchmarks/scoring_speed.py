@@ -26,10 +26,10 @@ from coalign.agents import Agent
 from coalign.config import TinySpec
 from coalign.formats import format_actions, format_subgoals, grounder_prompt, lumos_generation_prompt
 from coalign.models import make_tiny_model
-from coalign.recipes.lumos import grounder_pair
-from coalign.stages.score import encode_completion, prefix_groups, score_completions
+from coalign.recipes.sft_data import grounder_pair
+from coalign.scoring import encode_completion, prefix_groups, score_completions
 from coalign.tasks import Task
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 
 
 def stage1_rows(tasks: list[Task], k: int) -> tuple[list[str], list[str]]:

@@ -21,9 +21,9 @@ from coalign.config import SFTSettings, TinySpec
 from coalign.formats import lumos_generation_prompt
 from coalign.models import make_tiny_model
 from coalign.parallel import Job, run_jobs
-from coalign.recipes.lumos import grounder_pair
+from coalign.recipes.sft_data import grounder_pair
 from coalign.stages.sft import sft
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 
 
 def _train(init: str, out: str, steps: int, grouped: bool) -> float:

@@ -21,45 +21,36 @@ from pathlib import Path
 
 from rich.console import Console
 
+from coalign.console import make_console
+
 from coalign.config import RunConfig
 from coalign.parallel import Job, run_jobs
-from coalign.recipes.lumos import (
+from coalign.recipes.shared import (
     cold_start_agent,
     evaluate_run,
     initial_models,
     load_split,
-    matched_rounds,
     prepare_run,
     record_config,
 )
-from coalign.recipes.moat import moat_rounds, refuse_llm_critic_on_turns
+from coalign.recipe_registry import REGISTRY, bench_variant, load, recipe
 from coalign.runs import Run, read_json, write_json
 from coalign.tasks.sources import load_data, refuse_in_rounds, report_skipped
 
-ABLATIONS: dict[str, dict] = {
-    "moat_no_stage1": {"stage1": False},
-    "moat_no_stage2": {"stage2": False},
-    "moat_no_critic": {"critic": "none", "critic_options": {}},  # an llm critic's options do not fit "none"
-}
-DEFAULT_RECIPES = ("lumos", "moat", *ABLATIONS)
 
-
-def recipe_config(config: RunConfig, recipe: str, seed: int) -> RunConfig:
-    """The config one (recipe, seed) runs with: the base config, its seed, and the recipe's settings."""
-    moat = config.moat.model_dump()
-    if recipe in ABLATIONS:
-        moat.update(ABLATIONS[recipe])
-    elif recipe.startswith("moat_k") and recipe[6:].isdigit():
-        moat["k"] = int(recipe[6:])
-    elif recipe not in ("lumos", "moat"):
-        known = ", ".join([*DEFAULT_RECIPES, "moat_k<K>"])
-        raise ValueError(f"unknown recipe {recipe!r}; known: {known}")
+def recipe_config(config: RunConfig, name: str, seed: int) -> RunConfig:
+    """The config one (bench recipe, seed) runs with: the base config, its seed, and the variant's settings
+    (`recipe_registry.bench_variant`: `moat_no_stage1` is recipe moat with moat.stage1 false)."""
+    recipe_name, overrides = bench_variant(name)
     data = config.model_dump()
-    data.update(seed=seed, recipe="lumos" if recipe == "lumos" else "moat", moat=moat, name=f"{config.name}-{recipe}")
+    section = recipe(recipe_name).section
+    if section:
+        data[section] = {**data[section], **overrides}
+    data.update(seed=seed, recipe=recipe_name, name=f"{config.name}-{name}")
     return RunConfig.model_validate(data)
 
 
-ROUND_ONLY = ("moat", "planner_dpo", "grounder_round_sft", "planner_round_sft")
+ROUND_ONLY = frozenset(s for entry in REGISTRY.values() for s in entry.round_sections)
 
 
 def _cold_config(config: RunConfig, seed: int) -> RunConfig:
@@ -70,7 +61,7 @@ def _cold_config(config: RunConfig, seed: int) -> RunConfig:
 
 
 def _cold_agent(config: RunConfig, cold_dir: Path, agent: str) -> str:
-    run, console = Run(cold_dir), Console()
+    run, console = Run(cold_dir), make_console()
     return cold_start_agent(run, config, load_split(run, config, config.data.train, "train", console), agent, console)
 
 
@@ -80,14 +71,14 @@ def _cold_checkpoints(cold_dir: Path) -> tuple[str, str]:
 
 def _cold_eval(config: RunConfig, cold_dir: Path) -> dict:
     planner, grounder = _cold_checkpoints(cold_dir)
-    return evaluate_run(Run(cold_dir), config, planner, grounder, Console(), name="round0_eval")
+    return evaluate_run(Run(cold_dir), config, planner, grounder, make_console(), name="round0_eval")
 
 
 def _recipe_rounds(config: RunConfig, cold_dir: Path, recipe_dir: Path, round0: dict) -> dict:
-    console = Console()
+    console = make_console()
     run = prepare_run(config, recipe_dir, console)
     planner, grounder = _cold_checkpoints(cold_dir)
-    rounds = matched_rounds if config.recipe == "lumos" else moat_rounds
+    rounds = load(recipe(config.recipe).rounds)
     train = load_split(run, config, config.data.train, "train", console)
     return rounds(run, config, train, planner, grounder, round0, console)
 
@@ -134,9 +125,10 @@ def run_bench(
         record_config(Run(recipe_dir), configs[key], force)
     train, data = load_data(config.data.train, config.data.skip_bad_rows)
     refuse_in_rounds(train, "coalign bench")
-    for key in configs:
-        if configs[key].recipe == "moat":
-            refuse_llm_critic_on_turns(configs[key], train)  # before any cold start
+    for run_config in configs.values():
+        check = recipe(run_config.recipe).check
+        if check:
+            load(check)(run_config, train)  # before any cold start
     report_skipped("train", data, console)
     for s in seeds:
         initial_models(prepare_run(cold_configs[s], cold[s], console), cold_configs[s], train, console)
@@ -145,11 +137,11 @@ def run_bench(
         for agent in ("grounder", "planner")  # longest first
         for s in seeds
     ]
-    run_jobs(jobs, workers, "cold start")
+    run_jobs(jobs, workers, "cold start", console)
     round0_jobs = [
         Job(f"seed {s} round 0", _cold_eval, (cold_configs[s], cold[s]), cold[s] / "eval.log") for s in seeds
     ]
-    round0 = dict(zip(seeds, run_jobs(round0_jobs, workers, "round 0 evaluation")))
+    round0 = dict(zip(seeds, run_jobs(round0_jobs, workers, "round 0 evaluation", console)))
     keys = list(configs)
     histories = run_jobs(
         [
@@ -163,6 +155,7 @@ def run_bench(
         ],
         workers,
         "recipes",
+        console,
     )
     runs: dict = {r: {} for r in recipes}
     for (s, r), history in zip(keys, histories):

@@ -9,15 +9,14 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-
 from coalign.config import ConfigError, load_config
+from coalign.console import make_console
 from coalign.errors import DataError, RunError
 
 app = typer.Typer(help="Train teams of LLM agents to work together (MOAT).", no_args_is_help=True)
 data_app = typer.Typer(help="Make and check task data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
-console = Console()
+console = make_console()
 
 ConfigArg = Annotated[str, typer.Argument(help="YAML config path, or a bundled config name: tiny, paper")]
 RunDirOpt = Annotated[Optional[Path], typer.Option("--run-dir", help="run folder (default runs/<config name>)")]
@@ -86,22 +85,25 @@ def train(
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """Run the config's recipe: `lumos` (independent SFT, the baseline) or `moat` (cold start + MOAT rounds)."""
-    from coalign.recipes.lumos import run_lumos
-    from coalign.recipes.moat import run_moat
+    """Run the config's recipe (`recipe_registry`): `lumos` (independent SFT, the baseline) or `moat` (cold start
+    + MOAT rounds)."""
+    from coalign.recipe_registry import load, recipe
 
     cfg = _config(config, set_, skip_bad_rows)
-    started = time.time()
-    recipe = {"lumos": run_lumos, "moat": run_moat}[cfg.recipe]
+    started, entry = time.time(), recipe(cfg.recipe)
     try:
-        results = recipe(cfg, run_dir or Path("runs") / cfg.name, console, force)
+        results = load(entry.run)(cfg, run_dir or Path("runs") / cfg.name, console, force)
     except (DataError, RunError) as err:
         raise _fail(err) from None
-    if cfg.recipe == "moat":
+    if entry.show:
+        from rich.markdown import Markdown
+
+        console.print(Markdown(load(entry.show)(results)))
+    elif entry.history:
         from coalign.report import eval_table
 
         for name, round_results in results.items():
-            console.print(eval_table(round_results, title=f"MOAT {name}: evaluation (%)"))
+            console.print(eval_table(round_results, title=f"{cfg.recipe.upper()} {name}: evaluation (%)"))
     else:
         _show(results)
     console.print(f"wall time {time.time() - started:.0f} s")
@@ -118,20 +120,25 @@ def eval_(
     skip_bad_rows: SkipOpt = False,
 ) -> None:
     """Planner -> grounder -> executor on the config's held-in and held-out sets."""
-    from coalign.recipes.lumos import evaluate_run, prepare_run
+    from coalign.recipes.shared import evaluate_run, prepare_run
 
     cfg = _config(config, set_, skip_bad_rows)
     if not cfg.data.heldin and not cfg.data.heldout:
         raise _fail(RunError(f"{config}: nothing to evaluate; add sets under data.heldin or data.heldout"))
-    root = run_dir or Path("runs") / cfg.name
-    if planner or grounder:
-        root = root / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
+    trained = run_dir or Path("runs") / cfg.name
+    defaults = {agent: trained / "checkpoints" / f"{agent}_sft" for agent in ("planner", "grounder")}
+    for agent, given in (("planner", planner), ("grounder", grounder)):
+        if given is None and not defaults[agent].is_dir():
+            where = f"{trained}: no such run folder" if not trained.is_dir() else f"{defaults[agent]}: no checkpoint"
+            raise _fail(
+                RunError(f"{where}; train first (coalign train {config} --run-dir {trained}) or give --{agent}")
+            )
+    root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}" if planner or grounder else trained
     run = prepare_run(cfg, root, console, force)
-    planner = planner or str(run.path("checkpoints", "planner_sft"))
-    grounder = grounder or str(run.path("checkpoints", "grounder_sft"))
+    planner, grounder = planner or str(defaults["planner"]), grounder or str(defaults["grounder"])
     try:
         results = evaluate_run(run, cfg, planner, grounder, console)
-    except (DataError, RunError) as err:
+    except (DataError, RunError, OSError) as err:  # OSError: a checkpoint that cannot be loaded
         raise _fail(err) from None
     _show(results)
 
@@ -168,16 +175,21 @@ def _bench(
 ):
     from rich.markdown import Markdown
 
-    from coalign.bench import run_bench
-    from coalign.bench_report import report_markdown
+    from coalign.recipe_registry import bench_names, load, recipe
 
     cfg = _config(config, sets, skip_bad_rows)
-    started = time.time()
+    entry, started = recipe(cfg.recipe), time.time()
+    recipes = recipes or list(bench_names(cfg.recipe))
+    if entry.bench:
+        runner, report = load(entry.bench), load(entry.report)
+    else:
+        from coalign.bench import run_bench as runner
+        from coalign.bench_report import report_markdown as report
     try:
-        results = run_bench(cfg, run_dir, seeds, recipes, workers or _default_workers(), console, name, force)
+        results = runner(cfg, run_dir, seeds, recipes, workers or _default_workers(), console, name, force)
     except (DataError, RunError, ValueError) as err:
         raise _fail(err) from None
-    console.print(Markdown(report_markdown(results)))
+    console.print(Markdown(report(results)))
     console.print(f"wall time {time.time() - started:.0f} s")
 
 
@@ -186,7 +198,7 @@ def bench(
     config: Annotated[str, typer.Argument(help="YAML config path, or a bundled config name")] = "tiny",
     run_dir: Annotated[Path, typer.Option("--run-dir", help="bench folder")] = Path("runs/bench"),
     seeds: Annotated[str, typer.Option(help="comma-separated seeds")] = "0,1,2",
-    recipes: Annotated[str, typer.Option(help="comma-separated: lumos, moat, moat_no_stage1, ...")] = "",
+    recipes: Annotated[str, typer.Option(help="comma-separated: lumos, moat, moat_no_stage1, ... (default: all)")] = "",
     k_sweep: Annotated[str, typer.Option("--k-sweep", help="comma-separated K values run as moat_k<K>")] = "",
     workers: Annotated[Optional[int], typer.Option(help="jobs side by side (default: CPU cores; 1 on GPU)")] = None,
     name: Annotated[str, typer.Option(help="prefix of the result files, for several benches in one folder")] = "",
@@ -194,25 +206,31 @@ def bench(
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """Lumos vs MOAT vs its ablations over seeds, from shared cold starts: results.json, report.md, plots."""
-    from coalign.bench import DEFAULT_RECIPES
-
-    names = [r.strip() for r in recipes.split(",") if r.strip()] or list(DEFAULT_RECIPES)
+    """Recipes x seeds: Lumos vs MOAT vs its ablations from shared cold starts (results.json, report.md, plots),
+    or, for a pilotrl config, SFT AdaPlan vs ReAct (tables of the paper's Tables 1, 9 and 10)."""
+    names = [r.strip() for r in recipes.split(",") if r.strip()]
     names += [f"moat_k{k}" for k in _ints(k_sweep, "--k-sweep")]
     _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_, name, force, skip_bad_rows)
 
 
 @app.command()
 def demo(
-    run_dir: RunDirOpt = Path("runs/demo"),
+    recipe: Annotated[str, typer.Argument(help="moat (the default) or pilotrl")] = "moat",
+    run_dir: RunDirOpt = None,
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """The bundled default: tiny agents from scratch (Agent Lumos), then one small MOAT round vs the Lumos baseline."""
-    _bench(
-        "tiny", run_dir, [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_], force=force, skip_bad_rows=skip_bad_rows
-    )
+    """The bundled demos. moat: tiny agents from scratch (Agent Lumos), then one small MOAT round vs the Lumos
+    baseline. pilotrl: one tiny model, SFT on expert episodes as AdaPlan and as ReAct, on the six environments."""
+    if recipe == "moat":
+        _bench("tiny", run_dir or Path("runs/demo"), [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_],
+               force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
+    elif recipe == "pilotrl":
+        _bench("tiny-pilotrl", run_dir or Path("runs/demo-pilotrl"), [0], ["adaplan", "react"], None, set_,
+               force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
+    else:
+        raise typer.BadParameter(f"the demos are moat and pilotrl, got {recipe!r}")
 
 
 @app.command("exec")
@@ -231,7 +249,7 @@ FamilyOpt = Annotated[
 def _suite(family: str):
     """The bundled generator of a task family."""
     from coalign.tasks.qa_suite import generate_qa_suite
-    from coalign.tasks.suite import generate_suite
+    from coalign.tasks.maths_suite import generate_suite
 
     generators = {"maths": generate_suite, "qa": generate_qa_suite}
     if family not in generators:
@@ -249,7 +267,7 @@ def data_suite(
     """Write a bundled suite's splits as tasks JSONL and Lumos planner/grounder rows."""
     from coalign.runs import write_jsonl
     from coalign.tasks.lumos import save_lumos_rows, task_to_rows
-    from coalign.tasks.suite import SPLITS
+    from coalign.tasks.maths_suite import SPLITS
 
     generate = _suite(family)
     for split in SPLITS:
@@ -275,7 +293,7 @@ def data_check_gold(
     from coalign.tasks.gold import gold_execution_report
     from coalign.tasks.gsm8k import load_gsm8k
     from coalign.tasks.sources import report_skipped
-    from coalign.tasks.suite import SPLITS
+    from coalign.tasks.maths_suite import SPLITS
     from coalign.tasks.svamp import load_svamp
 
     if kind == "suite":

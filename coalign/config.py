@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from coalign.critic_options import check_critic_options
+from coalign.recipe_registry import RECIPES
 
 
 class Settings(BaseModel):
@@ -192,31 +194,6 @@ class MoatSettings(Settings):
         return self
 
 
-SECRET_OPTIONS = frozenset({"api_key", "apikey", "key", "token", "access_token", "secret", "password", "authorization"})
-
-
-def check_critic_options(critic: str, options: dict) -> None:
-    """ValueError unless `options` build the critic; a secret in them would be saved with the run's config."""
-    secret = sorted(name for name in options if str(name).lower() in SECRET_OPTIONS)
-    if secret:
-        raise ValueError(
-            f"critic_options.{secret[0]}: a secret in the config is saved with the run; put the key in an "
-            "environment variable and give its name as critic_options.api_key_env"
-        )
-    url = urlsplit(str(options.get("base_url", "")))
-    if url.username or url.password or url.query:
-        raise ValueError("critic_options.base_url must not hold credentials or a query; use api_key_env for the key")
-    if critic != "llm" and options:
-        raise ValueError(f"critic_options apply to critic 'llm' only; critic is '{critic}'")
-    if critic == "llm" and options.get("backend", "openai") == "openai":
-        from coalign.stages.critic import make_critic  # the critic's own signatures say what fits
-
-        try:
-            make_critic(critic, **options)
-        except TypeError as exc:
-            raise ValueError(f"critic_options do not fit the llm critic: {exc}") from None
-
-
 class PilotRLSettings(Settings):
     """PilotRL / AdaPlan: one model plans and acts in the bundled text environments.
 
@@ -250,7 +227,7 @@ class PilotRLSettings(Settings):
 
 class RunConfig(Settings):
     name: str
-    recipe: Literal["lumos", "moat", "pilotrl"] = "lumos"
+    recipe: str = Field("lumos", description="a recipe of `recipe_registry.REGISTRY`: lumos, moat, pilotrl")
     seed: int = 0
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default = all cores")
     data: DataSettings | None = Field(None, description="task sets of the lumos and moat recipes")
@@ -271,6 +248,13 @@ class RunConfig(Settings):
         if self.recipe != "pilotrl" and self.data is None:
             raise ValueError(f"recipe '{self.recipe}' needs a 'data' section (its train, heldin and heldout sets)")
         return self
+
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, name: str) -> str:
+        if name not in RECIPES:
+            raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
+        return name
 
 
 class ConfigError(ValueError):

@@ -23,17 +23,15 @@ from coalign.formats import FormatError, format_actions, format_subgoals, ground
 from coalign.formats_iterative import turn_examples
 from coalign.iterative import Rollout, run_episodes
 from coalign.metrics import accuracy, answer_correct, lumos_exact_match
-from coalign.stages.score import score_completions
-from coalign.tasks import Task, qa_suite, suite, web_suite
+from coalign.scoring import score_completions
+from coalign.tasks import Task, maths_suite, qa_suite, web_suite
 from coalign.tasks.episodes import grounder_conversation
 from coalign.tools.executor import execute
-from coalign.tools.shop import ShopEpisode
-from coalign.web_metrics import step_success_rate
 
 # Per family, the content-free subgoal that blanks a plan: one of the family's own vague subgoals,
 # so a blanked plan is text the grounder has seen in training, just without information.
 BLANK_SUBGOALS: dict[str, str] = {
-    "maths": suite.BLANK_SUBGOAL,
+    "maths": maths_suite.BLANK_SUBGOAL,
     "qa": qa_suite.BLANK_SUBGOAL,
     "web": web_suite.BLANK_SUBGOAL,
 }
@@ -148,12 +146,15 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
 def web_set_score(rollouts: Sequence[Rollout]) -> tuple[str, float]:
     """(metric name, value) of a web set, as Lumos reports it: Mind2Web's step success rate micro-averaged
     over all gold steps (right steps / steps) for site tasks, the mean WebShop reward for shopping goals."""
-    shop = [isinstance(r.episode, ShopEpisode) for r in rollouts]
-    if any(shop) and not all(shop):
-        raise ValueError("a web set mixes site tasks and shopping goals; give them as separate sets")
-    if all(shop):
-        return "reward", mean(r.score for r in rollouts) if rollouts else 0.0
-    return "step_success_rate", step_success_rate((r.episode.flags, len(r.episode.steps)) for r in rollouts)
+    kinds = {type(r.episode) for r in rollouts}
+    if len(kinds) != 1:
+        raise ValueError(
+            "a web set mixes site tasks and shopping goals; give them as separate sets"
+            if kinds
+            else "no rollouts to score"
+        )
+    kind = kinds.pop()
+    return kind.metric, kind.set_score([r.episode for r in rollouts])
 
 
 def gold_grounding_ppl(grounder: Agent, tasks: Sequence[Task], batch_size: int) -> list[float | None]:

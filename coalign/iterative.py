@@ -7,9 +7,9 @@ two conversations. Each turn, batched over the tasks still running:
    it as "stop planning" or as subgoal k;
 2. the grounder (greedy) grounds that subgoal given its own conversation so far (the first turn shows
    the tool list and the task, later ones only the next subgoal, as Lumos's grounder rows do);
-3. the episode runs the actions (`act`), and the planner hears the feedback Lumos gives: the subgoal
-   restated as done on a site (`web_feedback`), the turn's last result in the shop (`result_feedback`),
-   as `episodes.gold_feedback` does for the gold plan.
+3. the episode runs the actions (`act`), and the planner hears the feedback Lumos gives, as the episode
+   words it (`Episode.feedback`): the subgoal restated as done on a site, the turn's last result in the
+   shop, as `episodes.gold_feedback` does for the gold plan.
 
 A task stops (`Rollout.stop`) when the planner stops planning ("planner stopped"), when the episode is
 done ("episode done": a site's gold steps are all taken, or the shop's item is bought; the planner is not
@@ -33,16 +33,10 @@ from dataclasses import dataclass, field
 
 from coalign.agents import Agent, generate, progress_bar
 from coalign.formats import FormatError, parse_action, planner_prompt, split_actions
-from coalign.formats_iterative import (
-    Message,
-    grounder_first_prompt,
-    grounder_next_prompt,
-    parse_planner_turn,
-    result_feedback,
-    web_feedback,
-)
+from coalign.envs.episode import Episode
+from coalign.formats_iterative import Message, grounder_first_prompt, grounder_next_prompt, parse_planner_turn
 from coalign.tasks import Task
-from coalign.tasks.episodes import Episode, episode_for
+from coalign.tasks.episodes import episode_for
 
 SUBGOAL_SOURCES = ("planner", "gold", "blank")
 
@@ -95,11 +89,6 @@ def malformed_grounding(text: str) -> str | None:
         except FormatError as exc:
             problems.append(str(exc))
     return f"malformed grounder turn: {problems[0]}"
-
-
-def feedback(task: Task, index: int, subgoal: str, result: str) -> str:
-    """What the planner hears after subgoal `index`: Lumos's web restatement, or the shop's last result."""
-    return result_feedback(index, result) if task.tools == "shop" else web_feedback(subgoal)
 
 
 def _planner_turns(
@@ -197,7 +186,7 @@ def run_episodes(
                 elif rollout.episode.done:
                     rollout.finish("episode done")
                 else:
-                    heard = feedback(rollout.task, turn, subgoal, done.result)
+                    heard = rollout.episode.feedback(turn, subgoal, done)
                     rollout.planner.append({"role": "user", "content": heard})
             bar.advance(progress)
     for rollout in rollouts:

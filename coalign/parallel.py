@@ -5,7 +5,7 @@ thread each finish at least as soon as the same jobs one after another with two 
 (`benchmarks/training_speed.py`: 1.02x-1.14x, process start included). Each job runs in a
 spawned process (no state shared with the parent) and writes
 its terminal output to a log file, so progress bars of parallel jobs do not garble each other;
-the parent shows one progress bar over the jobs.
+the parent shows the jobs side by side (`JobBoard`: each job's latest progress line, read from its log).
 """
 
 from __future__ import annotations
@@ -13,14 +13,23 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import re
 import sys
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coalign.agents import progress_bar
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from coalign.console import make_console
+
+REFRESH_S = 1.0  # how often the live table rereads the logs
 
 
 @dataclass(frozen=True)
@@ -55,8 +64,81 @@ def _run_logged(job: Job, threads: int) -> Any:
             os.close(fd_err)
 
 
-def run_jobs(jobs: Sequence[Job], workers: int, desc: str) -> list[Any]:
-    """Results of `jobs` in order; with `workers` > 1 they run in that many processes, cores split evenly.
+class JobBoard:
+    """What the jobs are doing, shown while they run: on a terminal one live table (per job its state, time
+    and the latest progress line of its log), else one line per job start and finish, so a log or a pipe
+    holds no redrawn lines."""
+
+    def __init__(self, jobs: Sequence[Job], desc: str, console: Console) -> None:
+        self.jobs, self.desc, self.console = jobs, desc, console
+        self.started: dict[int, float] = {}
+        self.finished: dict[int, tuple[float, bool]] = {}  # job -> (seconds, failed)
+        self.live = Live(console=console, auto_refresh=False) if console.is_terminal else None
+
+    def __enter__(self) -> JobBoard:
+        if self.live:
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live:
+            self.refresh()
+            self.live.stop()
+
+    def start(self, i: int) -> None:
+        self.started[i] = time.monotonic()
+        if not self.live:
+            where = f" (log: {self.jobs[i].log})" if self.jobs[i].log else ""
+            self.console.print(f"{self.desc}: {self.jobs[i].name} started{where}", markup=False, highlight=False)
+
+    def finish(self, i: int, failed: bool = False) -> None:
+        seconds = time.monotonic() - self.started[i]
+        self.finished[i] = (seconds, failed)
+        if not self.live:
+            line = f"{self.desc}: {self.jobs[i].name} {'failed' if failed else 'finished'} after {seconds:.0f} s"
+            self.console.print(line, markup=False, highlight=False)
+
+    def refresh(self) -> None:
+        if self.live:
+            self.live.update(self._table(), refresh=True)
+
+    def _table(self) -> Table:
+        done = len(self.finished)
+        table = Table(title=f"{self.desc}: {done}/{len(self.jobs)} done", title_justify="left", expand=True)
+        table.add_column("job", no_wrap=True)
+        table.add_column("state", no_wrap=True)
+        table.add_column("time", justify="right", no_wrap=True)
+        table.add_column("latest", no_wrap=True, overflow="ellipsis", ratio=1)
+        now = time.monotonic()
+        for i, job in enumerate(self.jobs):
+            if i in self.finished:
+                seconds, failed = self.finished[i]
+                state, latest = ("failed" if failed else "done"), ""
+            elif i in self.started:
+                seconds, state, latest = now - self.started[i], "running", latest_line(job.log)
+            else:
+                seconds, state, latest = 0.0, "waiting", ""
+            table.add_row(job.name, state, f"{seconds:.0f} s" if i in self.started else "", Text(latest))
+        return table
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def latest_line(log: Path | None, tail: int = 4096) -> str:
+    """The last non-empty line a job wrote to its log, progress bars' carriage-return redraws included."""
+    if log is None or not log.exists():
+        return ""
+    with open(log, "rb") as handle:
+        handle.seek(max(0, log.stat().st_size - tail))
+        text = handle.read().decode("utf-8", "replace")
+    lines = [_ANSI.sub("", part).strip() for part in re.split(r"[\r\n]", text)]
+    return next((line for line in reversed(lines) if line), "")
+
+
+def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | None = None) -> list[Any]:
+    """Results of `jobs` in order; with `workers` > 1 they run in that many processes, cores split evenly,
+    a job starting when one finishes, shown on `console` (`JobBoard`).
 
     A failing job raises in the parent with its log's path in the message.
     """
@@ -67,17 +149,26 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str) -> list[Any]:
         return [job.fn(*job.args) for job in jobs]
     threads = max(1, (os.cpu_count() or 1) // workers)
     results: list[Any] = [None] * len(jobs)
-    with progress_bar() as bar:
-        task = bar.add_task(f"{desc} ({workers} processes, logs in the run folders)", total=len(jobs))
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = {pool.submit(_run_logged, job, threads): i for i, job in enumerate(jobs)}
-            for future in as_completed(futures):
-                i = futures[future]
+    waiting, running = list(range(len(jobs))), {}
+    context = multiprocessing.get_context("spawn")
+    with (
+        ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool,
+        JobBoard(jobs, f"{desc} ({workers} processes)", console or make_console()) as board,
+    ):
+        while waiting or running:
+            while waiting and len(running) < workers:
+                i = waiting.pop(0)
+                running[pool.submit(_run_logged, jobs[i], threads)] = i
+                board.start(i)
+            finished, _ = wait(running, timeout=REFRESH_S, return_when=FIRST_COMPLETED)
+            for future in finished:
+                i = running.pop(future)
                 try:
                     results[i] = future.result()
                 except Exception as err:
+                    board.finish(i, failed=True)
                     where = f" (log: {jobs[i].log})" if jobs[i].log else ""
                     raise RuntimeError(f"job {jobs[i].name} failed: {err}{where}") from err
-                bar.advance(task)
+                board.finish(i)
+            board.refresh()
     return results

@@ -1,6 +1,6 @@
 """The PilotRL bench: variants x seeds of the pilotrl recipe, side by side, into one results file and report.
 
-Variants today are the SFT cold starts the paper compares: AdaPlan (plan, act, rewrite the plan; evaluated
+Variants (`recipe_registry`) today are the SFT cold starts the paper compares: AdaPlan (plan, act, rewrite the plan; evaluated
 at each plan-update interval of `pilotrl.eval_update_every`) and ReAct (no plan). Each (variant, seed) is
 its own resumable run folder, `<bench>/seed<s>/<variant>/`.
 """
@@ -14,16 +14,16 @@ from rich.console import Console
 from coalign.config import RunConfig
 from coalign.parallel import Job, run_jobs
 from coalign.pilotrl_report import report_markdown
+from coalign.recipe_registry import bench_variant
 from coalign.recipes.pilotrl import run_pilotrl
 from coalign.runs import atomic_write_text, write_json
 
-VARIANTS = ("adaplan", "react")
-
-
 def variant_config(config: RunConfig, variant: str, seed: int) -> RunConfig:
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown pilotrl variant {variant!r}; known: {', '.join(VARIANTS)}")
-    pilotrl = config.pilotrl.model_copy(update={"mode": variant})
+    """The run of one bench variant (`recipe_registry`: adaplan, react) for one seed."""
+    recipe_name, overrides = bench_variant(variant)
+    if recipe_name != "pilotrl":
+        raise ValueError(f"{variant!r} is a {recipe_name} variant; a pilotrl bench runs adaplan, react")
+    pilotrl = config.pilotrl.model_copy(update=overrides)
     return config.model_copy(update={"seed": seed, "name": f"{config.name}-{variant}-s{seed}", "pilotrl": pilotrl})
 
 

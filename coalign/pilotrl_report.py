@@ -82,6 +82,18 @@ def update_table(results: dict, variant: str = "adaplan") -> str:
     return _table(["plan update", *(f"{e} (success / steps)" for e in envs), "held-in avg", "held-out avg"], rows)
 
 
+def run_markdown(metrics: dict) -> str:
+    """One run's evaluation (`recipes.pilotrl.run_pilotrl`'s result) as the bench tables of a single seed."""
+    first = next(iter(metrics.values()))
+    results = {
+        "seeds": [0],
+        "heldin": first["heldin_envs"],
+        "heldout": first["heldout_envs"],
+        "runs": {first["mode"]: {"0": metrics}},
+    }
+    return report_markdown(results)
+
+
 def report_markdown(results: dict) -> str:
     seeds = ", ".join(map(str, results["seeds"]))
     parts = [

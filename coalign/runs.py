@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -205,6 +205,22 @@ class Run:
         if started is not None:
             record["seconds"] = round(time.time() - started, 2)
         write_json(self._marker(stage), record)
+
+    def stage(
+        self,
+        name: str,
+        work: Callable[[], dict | None],
+        artifacts: Iterable[str | Path],
+        inputs: Iterable[str | Path] = (),
+    ) -> None:
+        """Run stage `name` unless it is done: `work()` writes `artifacts` from `inputs` and returns the
+        record's info; then the stage is marked done. A stage body is only its work, and one that raises
+        is not marked, so a rerun redoes it."""
+        if self.is_done(name):
+            return
+        started = time.time()
+        info = work()
+        self.mark_done(name, artifacts, info, started, inputs=inputs)
 
     def stage_info(self, stage: str) -> dict:
         return read_json(self._marker(stage))

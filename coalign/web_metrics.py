@@ -29,8 +29,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coalign.tools.shop import Goal, Product
-    from coalign.tools.web import GoldStep
+    from coalign.envs.shop import Goal, Product
+    from coalign.envs.web import GoldStep
 
 FUZZY_THRESHOLD = 85  # WebShop: token_set_ratio(...) > 85
 _NON_WORD = re.compile(r"[^a-z0-9]+")

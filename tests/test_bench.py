@@ -1,5 +1,6 @@
 """`coalign bench`: recipes share a seed's cold start, the baseline matches MOAT's budget, the report adds up."""
 
+import io
 import json
 import os
 from pathlib import Path
@@ -10,7 +11,8 @@ from rich.console import Console
 from coalign.bench import recipe_config, run_bench
 from coalign.bench_report import accuracy_table, fmt, paired_table, premise_table, report_markdown
 from coalign.config import load_config
-from coalign.parallel import Job, run_jobs
+from coalign.console import make_console
+from coalign.parallel import Job, latest_line, run_jobs
 from tests.test_moat import MOAT
 
 BENCH = {**MOAT, "name": "bench-test"}
@@ -159,6 +161,24 @@ def test_parallel_jobs_return_in_order_and_log_their_output(tmp_path):
     assert (tmp_path / "j1.log").read_text().strip().endswith("job says x1")
     with pytest.raises(RuntimeError, match=r"job bad failed: bad job \(log: .*bad.log\)"):
         run_jobs([Job("bad", _boom, (), tmp_path / "bad.log"), *jobs[:1]], workers=2, desc="test")
+
+
+def test_parallel_jobs_print_one_line_per_start_and_finish_when_not_a_terminal(tmp_path):
+    out = io.StringIO()
+    jobs = [Job(f"j{i}", _echo, (f"x{i}",), tmp_path / f"j{i}.log") for i in range(3)]
+    run_jobs(jobs, workers=2, desc="test", console=make_console(file=out, width=40))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 6 and "\x1b" not in out.getvalue()  # no live redraws in a file
+    for i in range(3):
+        assert f"test (2 processes): j{i} started (log: {tmp_path / f'j{i}.log'})" in lines  # one line, not wrapped
+        assert any(line.startswith(f"test (2 processes): j{i} finished after") for line in lines)
+
+
+def test_the_live_table_shows_a_log_s_latest_progress_line(tmp_path):
+    log = tmp_path / "job.log"
+    assert latest_line(log) == ""
+    log.write_text("Tokenizing\n  0%|  | 0/72\r 50%|##| 36/72 \x1b[0m\r\n\n")
+    assert latest_line(log) == "50%|##| 36/72"
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")

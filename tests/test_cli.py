@@ -86,7 +86,9 @@ def test_check_gold_can_skip_bad_rows(tmp_path):
     _, data = _bad_data_config(tmp_path)
     result = runner.invoke(app, ["data", "check-gold", "gsm8k", str(data), "--skip-bad-rows"])
     assert result.exit_code == 0
-    assert "skipped 2 bad rows" in result.output and "on 2/2 tasks" in result.output
+    output = " ".join(result.output.split())  # however the console wraps
+    assert "skipped 2 bad rows" in output and "on 2/2 tasks" in output
+    assert "skipped 2 bad rows" in result.output  # not hard-wrapped when the output is not a terminal
 
 
 def test_eval_without_sets_says_so(tmp_path):
@@ -94,6 +96,14 @@ def test_eval_without_sets_says_so(tmp_path):
     config.write_text(yaml.safe_dump({"name": "x", "data": {"train": [{"kind": "suite", "split": "train", "n": 4}]}}))
     result = runner.invoke(app, ["eval", str(config), "--run-dir", str(tmp_path / "run")])
     assert result.exit_code == 2 and "nothing to evaluate" in result.output
+
+
+def test_eval_of_a_missing_run_folder_is_a_clear_error(tmp_path):
+    missing = tmp_path / "nowhere" / "run"
+    result = runner.invoke(app, ["eval", "tiny", "--run-dir", str(missing)])
+    assert result.exit_code == 2
+    assert f"error: {missing}: no such run folder" in result.output and "Traceback" not in result.output
+    assert not missing.exists()  # nothing created
 
 
 def test_data_suite_writes_the_qa_family_as_lumos_rows_that_load_back(tmp_path):

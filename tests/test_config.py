@@ -9,7 +9,7 @@ from coalign.tasks.sources import load_sources
 @pytest.mark.parametrize("name", sorted(p.stem for p in BUNDLED.glob("*.yaml")))
 def test_bundled_configs_validate(name):
     config = load_config(name)
-    assert config.data.train
+    assert config.data.train if config.recipe != "pilotrl" else config.pilotrl.heldin and config.data is None
 
 
 def test_six_column_config_evaluates_every_family_held_in_and_held_out():
@@ -69,7 +69,7 @@ def test_config_changes_name_dotted_keys_with_old_and_new_values():
 
 def test_resume_with_a_changed_config_is_refused_unless_forced(tmp_path):
     from coalign.config import config_to_yaml
-    from coalign.recipes.lumos import record_config
+    from coalign.recipes.shared import record_config
     from coalign.runs import Run
 
     run = Run(tmp_path)
@@ -132,3 +132,12 @@ def test_critic_options_that_leak_a_secret_or_do_not_fit_are_refused(options, cr
 def test_llm_critic_options_that_fit_are_accepted():
     options = {**LLM, "api_key_env": "MY_KEY", "max_calls": 100, "max_seconds": 600, "timeout_s": 30}
     assert load_config("tiny", {"moat": {"critic": "llm", "critic_options": options}}).moat.critic_options == options
+
+
+def test_recipe_names_come_from_the_registry():
+    from coalign.recipe_registry import REGISTRY
+
+    for name in REGISTRY:
+        assert load_config("tiny", {"recipe": name}).recipe == name
+    with pytest.raises(ConfigError, match=r"field 'recipe': .*unknown recipe 'pilot'; known: lumos, moat"):
+        load_config("tiny", {"recipe": "pilot"})

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from coalign.config import RunConfig, load_config
+from coalign.critic_options import CriticBudget, OpenAIOptions
 from coalign.errors import RunError
 from coalign.recipes.moat import critic_stage
 from coalign.runs import Run
@@ -20,8 +21,8 @@ from coalign.stages.critic import (
     LLMCritic,
     NoCritic,
     Verdict,
+    OpenAIChat,
     make_critic,
-    openai_backend,
     parse_verdict,
     reindex,
     verdict_counts,
@@ -109,7 +110,7 @@ def test_make_critic_names() -> None:
     assert isinstance(make_critic("execution"), ExecutionCritic)
     assert isinstance(make_critic("none"), NoCritic)
     critic = make_critic("llm", base_url="http://127.0.0.1:1", model="m", timeout_s=0.3, max_calls=5)
-    assert isinstance(critic, LLMCritic) and critic.max_calls == 5 and critic.complete.timeout_s == 0.3
+    assert isinstance(critic, LLMCritic) and critic.budget.max_calls == 5 and critic.complete.options.timeout_s == 0.3
     with pytest.raises(ValueError, match="unknown critic"):
         make_critic("gpt")
 
@@ -161,8 +162,8 @@ def test_parse_verdict(text: str, expected: tuple) -> None:
 
 def critic(server: Server, **kwargs) -> LLMCritic:
     settings = {"max_concurrency": 1, "max_retries": 2, "backoff_s": 0.01, "max_delay_s": 0.05} | kwargs
-    complete = openai_backend(server.url, "critic-model", api_key_env="COALIGN_TEST_KEY", timeout_s=0.3)
-    return LLMCritic(complete, **settings)
+    complete = OpenAIChat(OpenAIOptions(server.url, "critic-model", api_key_env="COALIGN_TEST_KEY", timeout_s=0.3))
+    return LLMCritic(complete, CriticBudget(**settings))
 
 
 def test_reached_keeps_the_generated_actions_and_sends_the_key(server: Server) -> None:
@@ -271,7 +272,8 @@ def test_connection_refused_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as sock:  # a port that was free a moment ago, nobody listening
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    llm = LLMCritic(openai_backend(f"http://127.0.0.1:{port}/v1", "m", timeout_s=0.3), max_retries=1, backoff_s=0.01)
+    complete = OpenAIChat(OpenAIOptions(f"http://127.0.0.1:{port}/v1", "m", timeout_s=0.3))
+    llm = LLMCritic(complete, CriticBudget(max_retries=1, backoff_s=0.01))
     (verdict,) = llm.judge([item()])
     assert verdict.actions is None and verdict.note.startswith("connection error")
     assert llm.stats["failures"]["connection"] == 2

@@ -12,14 +12,14 @@ from coalign.bench_report import accuracy_table, per_round_table, ppl_table, pre
 from coalign.config import EvalSettings, load_config
 from coalign.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.formats import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
-from coalign.recipes.lumos import round_tasks
+from coalign.recipes.shared import round_tasks
 from coalign.recipes.moat import round_premise
 from coalign.report import eval_rows
 from coalign.stages.critic import CriticInput, ExecutionCritic
-from coalign.tasks import qa_suite, suite
+from coalign.tasks import maths_suite, qa_suite
 from coalign.tasks.plan_following import plan_following, readable_from_subgoals
 from coalign.tasks.qa_suite import generate_qa_suite
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 from coalign.tools.executor import execute
 
 MATHS = generate_suite("heldin", 4)
@@ -65,8 +65,8 @@ def test_every_grounder_prompt_and_blank_is_the_tasks_familys(monkeypatch):
         assert len(prompts) == 3 and all(TOOL_PREAMBLES[task.family] in p for p in prompts)
     qa_blank = blank_plan(QA_IN[0])
     assert qa_blank == format_subgoals([qa_suite.BLANK_SUBGOAL] * len(QA_IN[0].subgoals))
-    assert qa_suite.BLANK_SUBGOAL in qa_suite.VAGUE_SUBGOALS and suite.BLANK_SUBGOAL not in qa_blank
-    assert blank_plan(MATHS[0]) == format_subgoals([suite.BLANK_SUBGOAL] * len(MATHS[0].subgoals))
+    assert qa_suite.BLANK_SUBGOAL in qa_suite.VAGUE_SUBGOALS and maths_suite.BLANK_SUBGOAL not in qa_blank
+    assert blank_plan(MATHS[0]) == format_subgoals([maths_suite.BLANK_SUBGOAL] * len(MATHS[0].subgoals))
     with pytest.raises(KeyError, match="no blank subgoal for family 'chess'"):
         blank_plan(type(MATHS[0])("w", "chess", "chess", "q", ("s",), (), "a"))
 

@@ -21,11 +21,11 @@ from coalign.formats_iterative import (
 )
 from coalign.iterative import malformed_grounding, run_episodes
 from coalign.models import make_tiny_model, render_prompt
-from coalign.recipes.lumos import grounder_data, grounder_examples, planner_data, planner_examples
+from coalign.recipes.sft_data import grounder_data, grounder_examples, planner_data, planner_examples
 from coalign.stages.sft import sft_dataset
 from coalign.tasks.episodes import gold_feedback
 from coalign.tasks.sources import load_data, refuse_in_rounds
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.web_suite import BLANK_SUBGOAL, generate_web_suite
 from coalign.config import DataSource
 from tests.test_pipeline import TINY

@@ -8,11 +8,11 @@ from rich.console import Console
 from coalign.config import load_config
 from coalign.formats import EOS, TOOL_PREAMBLES, lumos_generation_prompt
 from coalign.models import load_tokenizer, train_tokenizer
-from coalign.recipes.lumos import grounder_pair, planner_pair
+from coalign.recipes.sft_data import grounder_pair, planner_pair
 from coalign.recipes.moat import run_moat
 from coalign.tasks.qa_suite import generate_qa_suite
 from coalign.tasks.sources import load_sources
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 from tests.test_moat import MOAT
 
 MIXED = {

@@ -15,17 +15,18 @@ from coalign.formats import grounder_prompt, planner_prompt
 from coalign.formats_iterative import chat_prompt, planner_turn
 from coalign.models import load_tokenizer, render_prompt
 from coalign.recipes import moat
-from coalign.recipes.lumos import planner_pair, round_tasks
+from coalign.recipes.sft_data import planner_pair
+from coalign.recipes.shared import round_tasks
 from coalign.recipes.moat import pair_stage, round_premise, run_moat, score_stage
 from coalign.recipes.units import round_units, task_units, turn_subgoal
 from coalign.report import markdown_table
 from coalign.runs import Run
 from coalign.stages.dpo import dpo_dataset
-from coalign.stages.score import ActionScore
+from coalign.scoring import ActionScore
 from coalign.stages.turn_critic import judge_turn, judge_turns
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
 from coalign.tasks.sources import load_data
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.web_suite import generate_web_suite
 from tests.test_iterative import WEB_RUN
 from tests.test_moat import MOAT
@@ -148,8 +149,8 @@ def test_a_fitted_grounder_scores_the_gold_subgoal_of_a_turn_below_a_content_fre
     from coalign.agents import Agent
     from coalign.config import SFTSettings, TinySpec
     from coalign.models import make_tiny_model
-    from coalign.recipes.lumos import grounder_examples, tokenizer_texts
-    from coalign.stages.score import score_completions
+    from coalign.recipes.sft_data import grounder_examples, tokenizer_texts
+    from coalign.scoring import score_completions
     from coalign.stages.sft import sft
 
     tasks = [t for t in generate_web_suite("train", 40) if t.subgoal_styles[0] == "explicit"][:2]

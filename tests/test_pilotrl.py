@@ -73,3 +73,21 @@ def test_summaries_average_each_measure():
             {"success": False, "reward": 0.0, "steps": 8, "tokens": 100, "stop": "step limit"}]  # fmt: skip
     assert summarise(rows) == {"tasks": 2, "success": 50.0, "reward": 0.5, "steps": 5.5, "tokens": 70.0,
                                "stops": {"success": 1, "step limit": 1}}  # fmt: skip
+
+
+def test_a_recipe_without_data_is_refused_unless_pilotrl():
+    with pytest.raises(ValueError, match="needs a 'data' section"):
+        RunConfig.model_validate({"name": "t", "recipe": "moat"})
+    assert RunConfig.model_validate({"name": "t", "recipe": "pilotrl"}).data is None
+
+
+def test_training_seeds_may_not_reach_the_evaluation_seeds():
+    with pytest.raises(ValueError, match="overlap"):
+        config(train_tasks=200, eval_seed=100)
+
+
+def test_the_bench_defaults_to_the_config_recipes_own_variants():
+    from coalign.recipe_registry import bench_names
+
+    assert bench_names("pilotrl") == ("adaplan", "react")
+    assert "adaplan" not in bench_names("moat") and "moat" in bench_names("lumos")

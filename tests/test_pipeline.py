@@ -81,7 +81,7 @@ def test_grounding_ppl_is_the_grounders_perplexity_of_gold_actions_given_the_pla
     config, run_dir, results = finished
     from coalign.agents import Agent
     from coalign.formats import format_actions, grounder_prompt
-    from coalign.stages.score import score_completions
+    from coalign.scoring import score_completions
     from coalign.tasks.sources import load_source
 
     rows = [json.loads(line) for line in (run_dir / "eval" / "heldin-suite-heldin.predictions.jsonl").open()]

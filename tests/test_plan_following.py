@@ -5,7 +5,7 @@ import pytest
 from coalign.config import ConfigError, load_config
 from coalign.tasks import Task
 from coalign.tasks.plan_following import plan_following, readable_from_subgoals
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 
 
 def _task(subgoals, actions, question="q") -> Task:

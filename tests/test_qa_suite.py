@@ -11,8 +11,8 @@ import pytest
 from coalign.formats import parse_action
 from coalign.metrics import squad_exact_match, strategyqa_match
 from coalign.tasks.qa_suite import HELDIN_TEMPLATES, HELDOUT_TEMPLATES, VAGUE_SUBGOALS, generate_qa_suite
-from coalign.tasks.qa_world import COUNTS, build_world, bundled_world
-from coalign.tasks.suite import SPLITS, STYLE_WEIGHTS, STYLES
+from coalign.tools.qa_world import COUNTS, build_world, bundled_world
+from coalign.tasks.maths_suite import SPLITS, STYLE_WEIGHTS, STYLES
 from coalign.tools.executor import execute
 
 GOLD_CHECKED = 300  # tasks per split whose gold actions are executed

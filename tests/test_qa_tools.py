@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from coalign.formats import TOOL_PREAMBLES, grounder_prompt
 from coalign.tools import executor, qa
-from coalign.tasks.qa_world import bundled_world
+from coalign.tools.qa_world import bundled_world
 from coalign.tools.executor import MAX_VALUE_CHARS, Trace, execute
 from coalign.tools.maths import ToolError
 from coalign.tools.qa import LocalQA, extract_answer, qa_tools, terms
@@ -198,7 +198,7 @@ def test_another_backend_plugs_in_behind_the_protocol(monkeypatch: pytest.Monkey
 
 
 def test_the_bundled_domain_reads_the_bundled_world() -> None:
-    from coalign.tasks.qa_world import bundled_world
+    from coalign.tools.qa_world import bundled_world
 
     person = bundled_world().of_kind("person")[0]
     trace = execute(f"R1 = KnowledgeQuery({person.name})", domain="qa")

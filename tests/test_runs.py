@@ -117,3 +117,23 @@ def test_a_write_interrupted_before_its_rename_leaves_nothing_once_redone(tmp_pa
     (tmp_path / ".x.json.tmp").write_text('{"half')  # what a kill between write and rename leaves
     atomic_write_text(target, json.dumps({"whole": True}))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
+
+
+def test_a_stage_runs_its_work_once_and_not_after_it_fails(tmp_path):
+    run, calls = Run(tmp_path), []
+
+    def work() -> dict:
+        calls.append(1)
+        run.path("out.jsonl").write_text('{"a": 1}\n')
+        return {"rows": 1}
+
+    run.stage("s", work, [run.path("out.jsonl")])
+    run.stage("s", work, [run.path("out.jsonl")])
+    assert len(calls) == 1 and run.stage_info("s")["rows"] == 1 and "out.jsonl" in run.stage_info("s")["artifacts"]
+
+    def fail() -> dict:
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        run.stage("t", fail, [])
+    assert not run.is_done("t")

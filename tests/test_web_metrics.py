@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from coalign.tools.shop import Goal, Product
-from coalign.tools.web import Element, GoldStep
+from coalign.envs.shop import Goal, Product
+from coalign.envs.web import Element, GoldStep
 from coalign.web_metrics import (
     attribute_matches,
     option_matches,

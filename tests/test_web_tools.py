@@ -8,8 +8,8 @@ import pytest
 
 from coalign.formats import FormatError
 from coalign.tasks import Task
-from coalign.tools.shop import BUY, Catalogue, Goal, Product, ShopEpisode
-from coalign.tools.web import (
+from coalign.envs.shop import BUY, Catalogue, Goal, Product, ShopEpisode
+from coalign.envs.web import (
     Element,
     GoldStep,
     SiteEpisode,
@@ -248,3 +248,28 @@ def test_task_groups_actions_per_subgoal_and_names_its_tool_list() -> None:
             Task(
                 "t", "web", "d", "q", ("a", "b"), grouped.actions, "", meta={"subgoal_actions": counts}
             ).action_groups()
+
+
+def test_web_episodes_step_one_action_and_reset_restarts_the_task() -> None:
+    site = SiteEpisode(STEPS, goal="Find a flight")
+    first = site.step(GOLD[0])
+    assert (first.observation, first.reward, first.done) == ("[button] Search flights", 1 / 3, False)
+    assert first.info == {"value": "[button] Search flights", "error": None}
+    wrong = site.step("R2 = CLICK(R9, QUERY: anything)")
+    assert wrong.observation == wrong.info["error"] == "R9 names no page yet" and wrong.info["value"] is None
+    assert site.reset() == "Find a flight" and site.flags == [] and site.score() == 0.0
+    shop = ShopEpisode(CATALOGUE, GOAL)
+    for action in PLAN:
+        shop.step(action)
+    assert shop.done and shop.score() == 1.0
+    assert shop.reset() == GOAL.instruction and not shop.done and shop.score() == 0.0
+
+
+def test_each_episode_kind_names_and_scores_its_set() -> None:
+    sites = [SiteEpisode(STEPS), SiteEpisode(STEPS)]
+    sites[0].act("; ".join(GOLD))
+    sites[1].act(GOLD[0])
+    assert (SiteEpisode.metric, SiteEpisode.set_score(sites)) == ("step_success_rate", 4 / 6)
+    shops = [ShopEpisode(CATALOGUE, GOAL), ShopEpisode(CATALOGUE, GOAL)]
+    shops[0].act("; ".join(PLAN))
+    assert (ShopEpisode.metric, ShopEpisode.set_score(shops)) == ("reward", 0.5)

@@ -3,6 +3,10 @@
 PilotRL's six: four held-in (household, crafting, wordle, iqa) and two held-out (babyai, maze), as the
 paper's ALFWorld, TextCraft, Wordle, IQA (interactive question answering), BabyAI and MAZE. A new environment is one
 module here and one line in `REGISTRY`.
+
+The web family's environments are built from a task rather than a seed: `web.SiteEpisode` (Mind2Web-like
+sites) and `shop.ShopEpisode` (the WebShop-like shop), stepped one action at a time the same way, with
+Lumos's multi-action grounder turn on top (`episode`); `tasks.episodes.episode_for` builds a task's.
 """
 
 from __future__ import annotations

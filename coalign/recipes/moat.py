@@ -31,7 +31,6 @@ failure counts, since an unchanged grounder would pass for a trained one.
 from __future__ import annotations
 
 import random
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -43,22 +42,15 @@ from coalign.config import RunConfig
 from coalign.errors import RunError
 from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.metrics import answer_correct
-from coalign.recipes.lumos import (
-    cold_start,
-    evaluate_run,
-    grounder_data,
-    load_split,
-    prepare_run,
-    round_tasks,
-    train_agent,
-)
+from coalign.recipes.sft_data import grounder_data
+from coalign.recipes.shared import cold_start, evaluate_run, load_split, prepare_run, round_tasks, train_agent
 from coalign.recipes.units import Unit, round_units, turn_subgoal
 from coalign.runs import Run, read_json, write_json, write_jsonl
 from coalign.stages.critic import CriticInput, make_critic, verdict_counts
 from coalign.stages.dpo import dpo
 from coalign.stages.pairs import auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
-from coalign.stages.sample import sample_prompts
-from coalign.stages.score import score_completions
+from coalign.stages.sample import sample_completions
+from coalign.scoring import score_completions
 from coalign.stages.turn_critic import judge_turn, judge_turns
 from coalign.tasks import Task
 from coalign.tasks.jsonl import read_jsonl
@@ -109,16 +101,19 @@ def _turn_info(units: list[Unit], info: dict, count) -> dict:
 def sample_stage(run: Run, r: int, config: RunConfig, planner: str, units: list[Unit]) -> list[list[str]]:
     """Stage 1a: K candidate planner outputs per unit (a onetime task's plan, or a web task's next turn)."""
     units = _units(units)
-    stage, path = f"round{r}_sample", _file(run, r, "candidates.jsonl")
-    if not run.is_done(stage):
-        started, m = time.time(), config.moat
+    path, m = _file(run, r, "candidates.jsonl"), config.moat
+
+    def sample() -> dict:
         torch.manual_seed(config.seed * 1000 + r)
         agent = Agent.load(planner, config.models.trust_remote_code)
         prompts = [u.planner_prompt() for u in units]
-        candidates = sample_prompts(agent, prompts, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size)
+        candidates = sample_completions(
+            agent, prompts, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size
+        )
         write_jsonl(path, [{**u.key, "candidates": c} for u, c in zip(units, candidates)])
-        info = _turn_info(units, {"tasks": len(_tasks(units)), "k": m.k}, len)
-        run.mark_done(stage, [path], info, started, inputs=[planner])
+        return _turn_info(units, {"tasks": len(_tasks(units)), "k": m.k}, len)
+
+    run.stage(f"round{r}_sample", sample, [path], inputs=[planner])
     return [row["candidates"] for row in _rows(path)]
 
 
@@ -126,9 +121,9 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candi
     """Stage 1b: the grounder's NLL of each unit's gold actions given each candidate (for a web turn: given
     the grounder's gold conversation before the turn and the candidate's subgoal)."""
     units = _units(units)
-    stage, path = f"round{r}_score", _file(run, r, "scores.jsonl")
-    if not run.is_done(stage):
-        started = time.time()
+    path = _file(run, r, "scores.jsonl")
+
+    def score() -> dict:
         users, completions = [], []
         for unit, cands in zip(units, candidates):
             gold = unit.gold_actions()
@@ -156,9 +151,9 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candi
             for i, u in enumerate(units)
         ]
         write_jsonl(path, rows)
-        run.mark_done(
-            stage, [path], {"scored": len(scores)}, started, inputs=[grounder, _file(run, r, "candidates.jsonl")]
-        )
+        return {"scored": len(scores)}
+
+    run.stage(f"round{r}_score", score, [path], inputs=[grounder, _file(run, r, "candidates.jsonl")])
     return [row["scores"] for row in _rows(path)]
 
 
@@ -166,9 +161,9 @@ def pair_stage(run: Run, r: int, config: RunConfig, units, candidates, scores) -
     """Stage 1c: chosen = lowest NLL, rejected = highest; pairs under the gap threshold dropped. A web turn's
     pair has the planner's gold conversation so far as its prompt."""
     units = _units(units)
-    stage, path = f"round{r}_pairs", _file(run, r, "pairs.jsonl")
-    if not run.is_done(stage):
-        started, m = time.time(), config.moat
+    path, m = _file(run, r, "pairs.jsonl"), config.moat
+
+    def pair() -> dict:
         rows, values = [], [[s[m.score_reduction] for s in unit_scores] for unit_scores in scores]
         paired = []
         for unit, cands, unit_values in zip(units, candidates, values):
@@ -195,9 +190,10 @@ def pair_stage(run: Run, r: int, config: RunConfig, units, candidates, scores) -
                 **unpaired_counts([values[i] for i in of], kept),
             }
 
-        info = _turn_info(units, counts(list(range(len(units)))), counts)
-        inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "scores.jsonl")]
-        run.mark_done(stage, [path], info, started, inputs=inputs)
+        return _turn_info(units, counts(list(range(len(units)))), counts)
+
+    inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "scores.jsonl")]
+    run.stage(f"round{r}_pairs", pair, [path], inputs=inputs)
     return _rows(path)
 
 
@@ -205,38 +201,37 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
     """Stage 1d: DPO the planner on every pair (onetime plans and web turns together); with no pair left,
     the planner is kept as it is."""
     stage, out = f"round{r}_dpo", run.path("checkpoints", f"round{r}_planner")
-    inputs = [planner, _file(run, r, "pairs.jsonl")]
-    if not run.is_done(stage):
-        started = time.time()
+
+    def train() -> dict:
         if not pairs:
             m = config.moat
             advice = no_pair_advice(run.stage_info(f"round{r}_pairs"), m.pair_threshold, m.pair_gap_on)
             console.print(f"[yellow]round {r} stage 1: {advice}; DPO skipped, planner unchanged[/yellow]")
-            run.mark_done(stage, [], {"pairs": 0, "path": planner, "skipped": advice}, started, inputs=inputs)
-        else:
-            console.print(f"[bold]round {r} stage 1[/bold]: DPO on {len(pairs)} pairs")
-            dpo(
-                planner,
-                [
-                    (p["prompt"] if isinstance(p["prompt"], str) else tuple(p["prompt"]), p["chosen"], p["rejected"])
-                    for p in pairs
-                ],
-                out,
-                config.planner_dpo,
-                config.seed,
-                trust_remote_code=config.models.trust_remote_code,
-            )
-            info = {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}
-            run.mark_done(stage, [out], info, started, inputs=inputs)
+            return {"pairs": 0, "path": planner, "skipped": advice}
+        console.print(f"[bold]round {r} stage 1[/bold]: DPO on {len(pairs)} pairs")
+        dpo(
+            planner,
+            [
+                (p["prompt"] if isinstance(p["prompt"], str) else tuple(p["prompt"]), p["chosen"], p["rejected"])
+                for p in pairs
+            ],
+            out,
+            config.planner_dpo,
+            config.seed,
+            trust_remote_code=config.models.trust_remote_code,
+        )
+        return {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}
+
+    run.stage(stage, train, [out] if pairs else [], inputs=[planner, _file(run, r, "pairs.jsonl")])
     return str(out) if run.stage_info(stage)["pairs"] else planner
 
 
-def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candidates) -> list[list[str]]:
+def grounding_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candidates) -> list[list[str]]:
     """Stage 2a: the grounder's actions for every (unit, candidate); a web turn's in its gold conversation."""
     units = _units(units)
-    stage, path = f"round{r}_ground", _file(run, r, "groundings.jsonl")
-    if not run.is_done(stage):
-        started, m = time.time(), config.moat
+    path, m = _file(run, r, "groundings.jsonl"), config.moat
+
+    def ground() -> dict:
         torch.manual_seed(config.seed * 1000 + 500 + r)
         users = [u.grounder_prompt(c) for u, cands in zip(units, candidates) for c in cands]
         outs = generate(
@@ -250,8 +245,9 @@ def ground_stage(run: Run, r: int, config: RunConfig, grounder: str, units, cand
         )
         flat = [o[0] for o in outs]
         write_jsonl(path, [{**u.key, "actions": flat[i * m.k : (i + 1) * m.k]} for i, u in enumerate(units)])
-        inputs = [grounder, _file(run, r, "candidates.jsonl")]
-        run.mark_done(stage, [path], {"groundings": len(flat)}, started, inputs=inputs)
+        return {"groundings": len(flat)}
+
+    run.stage(f"round{r}_ground", ground, [path], inputs=[grounder, _file(run, r, "candidates.jsonl")])
     return [row["actions"] for row in _rows(path)]
 
 
@@ -259,9 +255,9 @@ def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundi
     """Stage 2b: the critic's verdict on each grounding (kept, corrected or dropped). Onetime groundings go
     to the configured critic (`stages.critic`), web turns to the per-turn one (`stages.turn_critic`)."""
     units = _units(units)
-    stage, path = f"round{r}_critic", _file(run, r, "verdicts.jsonl")
-    if not run.is_done(stage):
-        started, m = time.time(), config.moat
+    path, m = _file(run, r, "verdicts.jsonl"), config.moat
+
+    def judge() -> dict:
         critic = make_critic(m.critic, **m.critic_options)
         onetime = [
             (unit, c, a)
@@ -315,8 +311,10 @@ def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundi
                 f"Check the critic (its server at critic_options.base_url, the key named by api_key_env) "
                 f"or raise its budget (max_calls, max_seconds); each item's note is in {path}"
             )
-        inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "groundings.jsonl")]
-        run.mark_done(stage, [path], info, started, inputs=inputs)
+        return info
+
+    inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "groundings.jsonl")]
+    run.stage(f"round{r}_critic", judge, [path], inputs=inputs)
     return _rows(path)
 
 
@@ -329,7 +327,7 @@ def _critic_example(verdict: dict, units: dict, tasks: dict):
     return grounder_prompt(task.question, format_subgoals(verdict["subgoals"]), task.family), verdict["actions"]
 
 
-def grounder_stage(
+def grounder_sft_stage(
     run: Run, r: int, config: RunConfig, grounder: str, units, verdicts, initial: list, console: Console
 ) -> str:
     """Stage 2c: SFT the grounder on critic-built data mixed with its initial data (`initial` examples)."""
@@ -432,10 +430,10 @@ def moat_rounds(
         else:
             new_planner = planner
         if m.stage2:
-            groundings = ground_stage(run, r, config, grounder, units, candidates)
+            groundings = grounding_stage(run, r, config, grounder, units, candidates)
             premise = round_premise(units, scores, groundings, m.score_reduction)
             verdicts = critic_stage(run, r, config, units, candidates, groundings)
-            grounder = grounder_stage(run, r, config, grounder, units, verdicts, initial, console)
+            grounder = grounder_sft_stage(run, r, config, grounder, units, verdicts, initial, console)
         planner = new_planner
         history[f"round{r}"] = evaluate_run(run, config, planner, grounder, console, name=f"round{r}_eval")
         write_json(run.path(f"round{r}", "premise.json"), premise)

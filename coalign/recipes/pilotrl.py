@@ -9,7 +9,6 @@ plan-update interval. The three progressive GRPO stages continue from the checkp
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -22,7 +21,7 @@ from coalign.errors import RunError
 from coalign.expert import expert_conversation
 from coalign.formats import lumos_chat
 from coalign.models import make_tiny_model
-from coalign.recipes.lumos import prepare_run
+from coalign.recipes.shared import prepare_run
 from coalign.runs import Run, atomic_dir, read_json, write_json, write_jsonl
 from coalign.stages.sft import sft_conversations
 from coalign.tasks.jsonl import read_jsonl
@@ -65,32 +64,36 @@ def split_average(per_env: dict[str, dict], names: list[str]) -> dict:
 def evaluate(run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool) -> dict:
     """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/."""
     name = f"eval_k{every}"
-    if run.is_done(name):
-        return read_json(run.path(name, "metrics.json"))
-    started = time.time()
-    agent = Agent.load(model_path, trust)
-    per_env, rows = {}, []
-    for env in [*settings.heldin, *settings.heldout]:
-        tasks = [(env, settings.eval_seed + i) for i in range(settings.eval_tasks)]
-        console.print(f"[bold]{name}[/bold] {env}: {len(tasks)} tasks ({settings.mode}, plan update every {every})")
-        episodes = run_episodes(
-            agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
-            settings.max_context, settings.batch_size, desc=env,
-        )  # fmt: skip
-        records = [e.to_json() for e in episodes]
-        per_env[env] = summarise(records)
-        rows += records
-    metrics = {
-        "mode": settings.mode,
-        "update_every": every,
-        "envs": per_env,
-        "heldin": split_average(per_env, settings.heldin),
-        "heldout": split_average(per_env, settings.heldout),
-    }
-    write_jsonl(run.path(name, "episodes.jsonl"), rows)
-    write_json(run.path(name, "metrics.json"), metrics)
-    run.mark_done(name, [run.path(name)], {}, started, inputs=[model_path])
-    return metrics
+
+    def work() -> None:
+        agent = Agent.load(model_path, trust)
+        per_env, rows = {}, []
+        for env in [*settings.heldin, *settings.heldout]:
+            tasks = [(env, settings.eval_seed + i) for i in range(settings.eval_tasks)]
+            console.print(f"[bold]{name}[/bold] {env}: {len(tasks)} tasks ({settings.mode}, plan update every {every})")
+            episodes = run_episodes(
+                agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
+                settings.max_context, settings.batch_size, desc=env,
+            )  # fmt: skip
+            records = [e.to_json() for e in episodes]
+            per_env[env] = summarise(records)
+            rows += records
+        write_jsonl(run.path(name, "episodes.jsonl"), rows)
+        write_json(
+            run.path(name, "metrics.json"),
+            {
+                "mode": settings.mode,
+                "update_every": every,
+                "envs": per_env,
+                "heldin_envs": list(settings.heldin),
+                "heldout_envs": list(settings.heldout),
+                "heldin": split_average(per_env, settings.heldin),
+                "heldout": split_average(per_env, settings.heldout),
+            },
+        )
+
+    run.stage(name, work, [run.path(name)], inputs=[model_path])
+    return read_json(run.path(name, "metrics.json"))
 
 
 def run_pilotrl(config: RunConfig, run_dir: str | Path, console: Console, force: bool = False) -> dict:
@@ -102,29 +105,32 @@ def run_pilotrl(config: RunConfig, run_dir: str | Path, console: Console, force:
         except ValueError as err:
             raise RunError(f"pilotrl.heldin/heldout: {err}") from None
     run = prepare_run(config, run_dir, console, force)
-    episodes_path = run.path("data", "train_episodes.jsonl")
-    if not run.is_done("expert_episodes"):
-        started = time.time()
+    episodes = run.path("data", "train_episodes.jsonl")
+
+    def expert_episodes() -> None:
         console.print(f"expert episodes: {settings.train_tasks} per environment on {', '.join(settings.heldin)}")
-        write_jsonl(episodes_path, training_episodes(settings, config.seed))
-        run.mark_done("expert_episodes", [episodes_path], {}, started)
-    conversations = [row["messages"] for _, row in read_jsonl(episodes_path)]
+        write_jsonl(episodes, training_episodes(settings, config.seed))
+
+    run.stage("expert_episodes", expert_episodes, [episodes])
+    conversations = [row["messages"] for _, row in read_jsonl(episodes)]
     init = settings.model
     if init == "tiny":
         init = str(run.path("models", "tiny-init"))
-        if not run.is_done("init"):
-            started = time.time()
+
+        def tiny() -> None:
             console.print("making a tiny model: BPE tokenizer on the expert episodes, small Llama config")
             with atomic_dir(init) as tmp:
                 make_tiny_model([lumos_chat(m) for m in conversations], tmp, config.models.tiny, seed=config.seed)
-            run.mark_done("init", [init], {}, started, inputs=[episodes_path])
+
+        run.stage("init", tiny, [init], inputs=[episodes])
     out = run.path("checkpoints", "sft")
-    if not run.is_done("sft"):
-        started = time.time()
+
+    def train() -> dict:
         console.print(f"[bold]sft[/bold]: {len(conversations)} episodes ({settings.mode}) from {init}")
         sft_conversations(init, conversations, out, settings.sft, seed=config.seed, trust_remote_code=trust)
-        run.mark_done("sft", [out], {"episodes": len(conversations), **read_json(out / "train_log.json")}, started,
-                      inputs=[init, episodes_path])  # fmt: skip
+        return {"episodes": len(conversations), **read_json(out / "train_log.json")}
+
+    run.stage("sft", train, [out], inputs=[init, episodes])
     everies = settings.eval_update_every if settings.mode == "adaplan" else [1]
     results = {f"k{k}": evaluate(run, settings, str(out), k, console, trust) for k in everies}
     write_json(run.path("metrics.json"), results)

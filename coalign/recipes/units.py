@@ -1,4 +1,5 @@
-"""What a MOAT round samples, scores, grounds and judges: one planner output per unit.
+"""What a round works on, one planner output per unit: MOAT samples, scores, grounds and judges units, and
+the Lumos baseline's matched rounds train on their gold outputs (so both recipes count the same budget).
 
 A onetime task (maths, QA) is one unit: the planner's output is its whole plan, the grounder's its whole
 action sequence (Algorithm 1 as the paper writes it). An iterative task (the web family, Lumos's iterative

@@ -15,7 +15,6 @@ Corrections are renumbered (`reindex`) so the grounder always learns `R1, R2, ..
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from http.client import HTTPException
 from typing import TYPE_CHECKING, Protocol
 
+from coalign.critic_options import CriticBudget, OpenAIOptions, split_llm_options
 from coalign.formats import (
     TOOL_PREAMBLES,
     FormatError,
@@ -267,28 +267,24 @@ def _retry_after(value: str | None) -> float | None:
 class OpenAIChat:
     """`Complete` over an OpenAI-compatible `/chat/completions` endpoint (vLLM, hosted APIs).
 
-    The key is read from `api_key_env` at each call and goes only into the Authorization header
+    The key is read from `options.api_key_env` at each call and goes only into the Authorization header
     (none is sent when the variable is unset, as a local vLLM server needs none); it is never
     stored here, so it cannot reach a repr, and it is scrubbed from any error text.
     """
 
-    base_url: str
-    model: str
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = 60.0
-    temperature: float = 0.1
-    max_tokens: int = 512
+    options: OpenAIOptions
 
     def __call__(self, prompt: str) -> str:
-        key = os.environ.get(self.api_key_env, "")
+        o = self.options
+        key = os.environ.get(o.api_key_env, "")
         payload = {
-            "model": self.model,
+            "model": o.model,
             "messages": [{"role": "user", "content": prompt}],
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
+            "temperature": o.temperature,
+            "max_tokens": o.max_tokens,
         }
         request = urllib.request.Request(
-            f"{self.base_url.rstrip('/')}/chat/completions",
+            f"{o.base_url.rstrip('/')}/chat/completions",
             data=json.dumps(payload).encode(),
             headers={"Content-Type": "application/json"},
             method="POST",
@@ -296,14 +292,14 @@ class OpenAIChat:
         if key:
             request.add_unredirected_header("Authorization", f"Bearer {key}")
         try:
-            with _OPENER.open(request, timeout=self.timeout_s) as response:
+            with _OPENER.open(request, timeout=o.timeout_s) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             raise self._http_error(exc, key) from None
         except (TimeoutError, urllib.error.URLError, HTTPException, OSError) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             if isinstance(reason, TimeoutError):
-                raise CallError("timeout", f"timeout after {self.timeout_s:g} s") from None
+                raise CallError("timeout", f"timeout after {o.timeout_s:g} s") from None
             raise CallError("connection", f"connection error ({type(reason).__name__})") from None
         try:
             content = json.loads(raw)["choices"][0]["message"]["content"]
@@ -329,17 +325,6 @@ class OpenAIChat:
         return CallError("http_other", f"http {code}" + (f": {detail}" if detail else ""))
 
 
-def openai_backend(
-    base_url: str,
-    model: str,
-    api_key_env: str = "OPENAI_API_KEY",
-    timeout_s: float = 60.0,
-    temperature: float = 0.1,
-    max_tokens: int = 512,
-) -> Complete:
-    return OpenAIChat(base_url, model, api_key_env, timeout_s, temperature, max_tokens)
-
-
 def transformers_backend(agent: Agent, max_new_tokens: int = 256) -> Complete:
     """Greedy completion with a local model; use it with max_concurrency=1 (one model, one stream)."""
     from coalign.agents import generate  # torch loads only when a local critic is asked for
@@ -350,16 +335,13 @@ def transformers_backend(agent: Agent, max_new_tokens: int = 256) -> Complete:
     return complete
 
 
-BACKENDS: dict[str, Callable[..., Complete]] = {"openai": openai_backend, "transformers": transformers_backend}
-
-
 # --------------------------------------------------------------------------- LLM critic
 
 
 class LLMCritic:
     """The paper's critic: an LLM judges each sample and writes corrections.
 
-    `max_calls` caps the calls (retries included) over this critic's lifetime, `max_seconds` the
+    `budget.max_calls` caps the calls (retries included) over this critic's lifetime, `max_seconds` the
     time from its first `judge` (a call in flight then runs to its own timeout; back-off sleeps
     stop at the deadline); items left when either is spent get `actions=None` ("critic budget
     exhausted" / "critic time budget exhausted"), as do items whose calls failed: without a
@@ -370,23 +352,8 @@ class LLMCritic:
 
     name = "llm"
 
-    def __init__(
-        self,
-        complete: Complete,
-        max_concurrency: int = 4,
-        max_retries: int = 3,
-        backoff_s: float = 1.0,
-        max_delay_s: float = 30.0,
-        max_calls: int | None = None,
-        max_seconds: float | None = None,
-    ):
-        if max_concurrency < 1 or max_retries < 0 or (max_calls is not None and max_calls < 0):
-            raise ValueError("need max_concurrency >= 1, max_retries >= 0 and max_calls >= 0")
-        if max_seconds is not None and max_seconds <= 0:
-            raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
-        self.complete = complete
-        self.max_concurrency, self.max_retries, self.max_calls = max_concurrency, max_retries, max_calls
-        self.backoff_s, self.max_delay_s, self.max_seconds = backoff_s, max_delay_s, max_seconds
+    def __init__(self, complete: Complete, budget: CriticBudget = CriticBudget()):
+        self.complete, self.budget = complete, budget
         self.stats: dict = {
             "calls": 0,
             "retries": 0,
@@ -398,17 +365,14 @@ class LLMCritic:
         self._deadline: float | None = None
 
     def __repr__(self) -> str:
-        return (
-            f"LLMCritic(complete={self.complete!r}, max_concurrency={self.max_concurrency}, "
-            f"max_retries={self.max_retries}, max_calls={self.max_calls}, max_seconds={self.max_seconds})"
-        )
+        return f"LLMCritic(complete={self.complete!r}, budget={self.budget!r})"
 
     def judge(self, items: Sequence[CriticInput]) -> list[Verdict]:
         if not items:
             return []
-        if self._deadline is None and self.max_seconds is not None:
-            self._deadline = time.monotonic() + self.max_seconds
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(items))) as pool:
+        if self._deadline is None and self.budget.max_seconds is not None:
+            self._deadline = time.monotonic() + self.budget.max_seconds
+        with ThreadPoolExecutor(max_workers=min(self.budget.max_concurrency, len(items))) as pool:
             return list(pool.map(self._judge_one, items))
 
     def _judge_one(self, item: CriticInput) -> Verdict:
@@ -432,7 +396,7 @@ class LLMCritic:
     def _call(self, prompt: str) -> str | Verdict:
         """The reply text, or the verdict for an item the critic could not judge."""
         failure = Verdict(False, None, note="critic call failed")
-        for attempt in range(self.max_retries + 1):
+        for attempt in range(self.budget.max_retries + 1):
             refusal = self._take_call()
             if refusal is not None:
                 return Verdict(False, None, note=refusal)
@@ -441,7 +405,7 @@ class LLMCritic:
             except CallError as exc:
                 self._count_failure(exc.kind)
                 failure = Verdict(False, None, note=f"{exc.detail} after {attempt + 1} tries")
-                if exc.kind not in RETRYABLE or attempt == self.max_retries:
+                if exc.kind not in RETRYABLE or attempt == self.budget.max_retries:
                     break
                 with self._lock:
                     self.stats["retries"] += 1
@@ -454,7 +418,7 @@ class LLMCritic:
             if self._time_left() <= 0:
                 self.stats["time_exhausted"] += 1
                 return "critic time budget exhausted"
-            if self.max_calls is not None and self.stats["calls"] >= self.max_calls:
+            if self.budget.max_calls is not None and self.stats["calls"] >= self.budget.max_calls:
                 self.stats["budget_exhausted"] += 1
                 return "critic budget exhausted"
             self.stats["calls"] += 1
@@ -470,8 +434,8 @@ class LLMCritic:
     def _delay(self, attempt: int, retry_after_s: float | None) -> float:
         """The server's Retry-After when given, else exponential back-off with jitter; both capped."""
         if retry_after_s is not None:
-            return min(retry_after_s, self.max_delay_s)
-        return min(self.backoff_s * 2**attempt * (1 + random.random()), self.max_delay_s)
+            return min(retry_after_s, self.budget.max_delay_s)
+        return min(self.budget.backoff_s * 2**attempt * (1 + random.random()), self.budget.max_delay_s)
 
 
 def verdict_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
@@ -493,24 +457,21 @@ def verdict_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
 def make_critic(name: str, **kwargs) -> Critic:
     """A critic by its config name: execution, none or llm.
 
-    For llm, `backend` (openai, the default, or transformers) takes the arguments it names
-    (base_url, model, ... or agent, max_new_tokens) and the rest go to `LLMCritic`.
+    For llm, `backend` (openai, the default, or transformers) takes the options it names
+    (`critic_options.BACKEND_OPTIONS`: base_url, model, ... or agent, max_new_tokens) and the rest are
+    the critic's `CriticBudget`.
     """
     if name == "execution":
         return ExecutionCritic(**kwargs)
     if name == "none":
         return NoCritic(**kwargs)
     if name == "llm":
-        backend = kwargs.pop("backend", "openai")
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown critic backend {backend!r}; known: {sorted(BACKENDS)}")
-        names = inspect.signature(BACKENDS[backend]).parameters
-        known = set(names) | set(inspect.signature(LLMCritic).parameters) - {"complete"}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            raise TypeError(f"unknown llm critic option(s) {unknown}; known: {sorted(known | {'backend'})}")
-        backend_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
+        backend, backend_options, budget = split_llm_options(kwargs)
         if backend == "transformers":
-            kwargs.setdefault("max_concurrency", 1)
-        return LLMCritic(BACKENDS[backend](**backend_kwargs), **kwargs)
+            budget.setdefault("max_concurrency", 1)
+        if backend == "openai":
+            complete = OpenAIChat(OpenAIOptions(**backend_options))
+        else:
+            complete = transformers_backend(**backend_options)
+        return LLMCritic(complete, CriticBudget(**budget))
     raise ValueError(f"unknown critic {name!r}; known: execution, none, llm")

@@ -1,7 +1,7 @@
 """Stage 1 preference pairs from grounder scores, and the check of MOAT's premise.
 
 Scores are the grounder's NLL of the gold actions under each of K sampled subgoal sequences
-(lower = better, any reduction of coalign.stages.score). MOAT's convergence argument assumes that
+(lower = better, any reduction of coalign.scoring). MOAT's convergence argument assumes that
 lower PPL goes with true success; the paper never measures it, `point_biserial` and `auc` do.
 """
 

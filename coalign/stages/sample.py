@@ -1,5 +1,5 @@
 """MOAT stage 1, step 1: sample K subgoal sequences per task from the planner (or, for a web task, K next
-planner turns per turn of its gold conversation: `sample_prompts` takes conversations as well).
+planner turns per turn of its gold conversation: `sample_completions` takes conversations as well).
 
 One `generate` call per batch with `num_return_sequences=K` (the authors' release made K
 separate calls); candidates are kept as texts, so malformed ones are scored and judged like
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from coalign.agents import Agent, generate
 
 
-def sample_prompts(
+def sample_completions(
     planner: Agent,
     users: Sequence[str | Sequence[dict[str, str]]],
     k: int,

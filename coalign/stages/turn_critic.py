@@ -4,11 +4,11 @@ MOAT per turn (`recipes.units`) grounds each (gold prefix, candidate subgoal) an
 episode is put in its state at turn t by running the gold actions of turns 1..t-1 (what the gold prefix the
 grounder read says was done), then the turn's actions run in it:
 
-- a site (Mind2Web-like, `SiteEpisode`): right when the turn takes exactly as many steps as the gold turn,
+- a site (Mind2Web-like, `SiteEpisode.judge_turn`): right when the turn takes exactly as many steps as the gold turn,
   every one right by Mind2Web's rule (`web_metrics.step_correct`: a positive element, the operation, and
   for TYPE/SELECT the value), the rule the step success rate counts, and no action fails (e.g. one past
   the last step);
-- the shop (WebShop-like, `ShopEpisode`): right when no action fails and the turn ends where the gold turn
+- the shop (WebShop-like, `ShopEpisode.judge_turn`): right when no action fails and the turn ends where the gold turn
   does: the same last result (the search's items, the picked item, the page clicked to), the same done state
   and the same reward. A different route to the same result counts as right; an equally good item other
   than the gold one does not (a stricter rule than the episode's reward, stated).
@@ -29,7 +29,6 @@ from coalign.formats import format_actions
 from coalign.stages.critic import Verdict
 from coalign.tasks import Task
 from coalign.tasks.episodes import episode_for
-from coalign.tools.shop import ShopEpisode
 
 
 def _at_turn(task: Task, turn: int):
@@ -42,30 +41,12 @@ def _at_turn(task: Task, turn: int):
 
 
 def judge_turn(task: Task, turn: int, actions: str) -> Verdict:
-    """The execution critic's verdict on the grounder's `actions` for turn `turn` (from 1) of a web task."""
+    """The execution critic's verdict on the grounder's `actions` for turn `turn` (from 1) of a web task, by
+    the episode's own rule (`Episode.judge_turn`)."""
     episode, groups = _at_turn(task, turn)
     gold = groups[turn - 1]
-    corrected = format_actions(list(gold))
-    if isinstance(episode, ShopEpisode):
-        reference, _ = _at_turn(task, turn)
-        wanted = reference.act(list(gold))
-        got = episode.act(actions)
-        errors = [r.error for r in got.records if r.error]
-        if errors:
-            return Verdict(False, corrected, note=f"action failed: {errors[0]}"[:300])
-        same = (got.result, episode.done, episode.score()) == (wanted.result, reference.done, reference.score())
-        if not same:
-            return Verdict(False, corrected, note="a different result from the gold turn's")
-        return Verdict(True, actions, note="same result as the gold turn")
-    before = len(episode.flags)
-    errors = [r.error for r in episode.act(actions).records if r.error]
-    flags = episode.flags[before:]
-    if len(flags) != len(gold):
-        return Verdict(False, corrected, note=f"{len(flags)} steps taken where the gold turn takes {len(gold)}")
-    if not all(flags) or errors:
-        why = f": {errors[0]}" if errors else ""
-        return Verdict(False, corrected, note=f"wrong step (element, operation or value){why}"[:300])
-    return Verdict(True, actions, note="right step")
+    right, note = episode.judge_turn(list(gold), actions)
+    return Verdict(True, actions, note=note) if right else Verdict(False, format_actions(list(gold)), note=note)
 
 
 def judge_turns(critic: str, items: Sequence[tuple[Task, int, str]]) -> list[Verdict]:

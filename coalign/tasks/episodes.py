@@ -1,22 +1,24 @@
 """From a web task to the environment that runs its actions and scores it, and the planner's gold feedback.
 
-Mind2Web-like tasks (`meta["gold_steps"]`: the bundled sites and loaded Mind2Web) run in a
-`SiteEpisode`, scored by step success rate; shopping goals (`meta["goal"]`: the bundled shop and
-loaded WebShop) run in a `ShopEpisode` over the catalogue `meta["catalogue"]` names ("bundled" or a
-WebShop data folder), scored by the WebShop reward. Both take a grounder turn with `act` and say
-`done` and `score()`: what the iterative loop needs. The gold conversations are what SFT trains on.
+The task's tool list (`Task.tools`) names its environment (`EPISODES`): site tasks ("web": the bundled sites
+and loaded Mind2Web, gold steps in `meta["gold_steps"]`) run in a `SiteEpisode`, shopping goals ("shop": the
+bundled shop and loaded WebShop, the goal in `meta["goal"]`) in a `ShopEpisode` over the catalogue
+`meta["catalogue"]` names ("bundled" or a WebShop data folder). Everything else the loop, the evaluation and
+the per-turn critic need, the episode answers itself (`envs.episode.Episode`). A new web environment is its
+module under `envs/` and one entry here. The gold conversations are what SFT trains on.
 """
 
 from __future__ import annotations
 
-from coalign.formats_iterative import Message, grounder_messages, planner_messages, result_feedback, web_feedback
+from collections.abc import Callable
+
+from coalign.envs.episode import Episode
+from coalign.envs.shop import Catalogue, Goal, ShopEpisode
+from coalign.envs.web import GoldStep, SiteEpisode
+from coalign.formats_iterative import Message, grounder_messages, planner_messages
 from coalign.tasks import Task
 from coalign.tasks.shop_world import bundled_catalogue
 from coalign.tasks.webshop import catalogue_at
-from coalign.tools.shop import Catalogue, Goal, ShopEpisode
-from coalign.tools.web import GoldStep, SiteEpisode
-
-Episode = SiteEpisode | ShopEpisode
 
 
 def catalogue_for(name: str) -> Catalogue:
@@ -24,25 +26,39 @@ def catalogue_for(name: str) -> Catalogue:
     return bundled_catalogue() if name == "bundled" else catalogue_at(name)
 
 
+def _site(task: Task) -> SiteEpisode:
+    if "gold_steps" not in task.meta:
+        raise ValueError(f"task {task.id!r} is not a web task (no gold steps, no shopping goal)")
+    return SiteEpisode([GoldStep.from_json(step) for step in task.meta["gold_steps"]], task.question)
+
+
+def _shop(task: Task) -> ShopEpisode:
+    if "goal" not in task.meta:
+        raise ValueError(f"task {task.id!r} is not a web task (no gold steps, no shopping goal)")
+    return ShopEpisode(catalogue_for(task.meta["catalogue"]), Goal.from_json(task.meta["goal"]))
+
+
+EPISODES: dict[str, Callable[[Task], Episode]] = {"web": _site, "shop": _shop}  # by the task's tool list
+
+
 def episode_for(task: Task) -> Episode:
     """A fresh episode of a web task; ValueError for a task that holds neither gold steps nor a goal."""
-    if "gold_steps" in task.meta:
-        return SiteEpisode([GoldStep.from_json(step) for step in task.meta["gold_steps"]])
-    if "goal" in task.meta:
-        return ShopEpisode(catalogue_for(task.meta["catalogue"]), Goal.from_json(task.meta["goal"]))
-    raise ValueError(f"task {task.id!r} is not a web task (no gold steps, no shopping goal)")
+    if task.tools not in EPISODES:
+        raise ValueError(f"task {task.id!r} is not a web task (no gold steps, no shopping goal)")
+    return EPISODES[task.tools](task)
 
 
 def gold_feedback(task: Task) -> list[str]:
-    """What the planner hears after each gold subgoal: Lumos's web restatement, or for the shop the last
-    result of the subgoal's gold actions (so those actions are run). A task read from Lumos's iterative rows
-    keeps what its planner row heard (`meta["feedback"]`): that is its gold feedback."""
+    """What the planner hears after each gold subgoal, by the task's episode (`Episode.feedback`: Lumos's web
+    restatement, or the shop's last result of the subgoal's gold actions). A task read from Lumos's iterative
+    rows keeps what its planner row heard (`meta["feedback"]`): that is its gold feedback."""
     if "feedback" in task.meta:
         return list(task.meta["feedback"])
-    if task.tools != "shop":
-        return [web_feedback(subgoal) for subgoal in task.subgoals]
+    if not task.subgoals:
+        return []
     episode = episode_for(task)
-    return [result_feedback(k, episode.act(list(group)).result) for k, group in enumerate(task.action_groups(), 1)]
+    groups = task.action_groups()
+    return [episode.feedback(k, s, episode.act(list(g))) for k, (s, g) in enumerate(zip(task.subgoals, groups), 1)]
 
 
 def planner_conversation(task: Task) -> list[Message]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from coalign.errors import DataError, SkippedRows
 from coalign.tasks import Task
 from coalign.tasks.jsonl import convert_rows, read_json, require, require_text, type_name
-from coalign.tools.web import NAMING_ATTRIBUTES, OPERATIONS, Element, GoldStep
+from coalign.envs.web import NAMING_ATTRIBUTES, OPERATIONS, Element, GoldStep
 
 KEPT_ATTRIBUTES = (*NAMING_ATTRIBUTES, "type", "role")
 MAX_TEXT_WORDS = 100

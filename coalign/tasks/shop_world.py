@@ -14,7 +14,7 @@ import string
 from dataclasses import dataclass
 from functools import cache
 
-from coalign.tools.shop import Catalogue, Product
+from coalign.envs.shop import Catalogue, Product
 
 PER_KIND = 40
 

@@ -17,7 +17,7 @@ from coalign.tasks.lumos import load_lumos_tasks
 from coalign.tasks.mind2web import load_mind2web
 from coalign.tasks.qa_suite import generate_qa_suite
 from coalign.tasks.strategyqa import load_strategyqa
-from coalign.tasks.suite import generate_suite
+from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.svamp import load_svamp
 from coalign.tasks.web_suite import generate_web_suite
 from coalign.tasks.webshop import load_webshop

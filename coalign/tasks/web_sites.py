@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coalign.tools.web import Element, GoldStep
+from coalign.envs.web import Element, GoldStep
 
 CITIES = (
     ("Brennholt", "BRH"), ("Calvaro", "CLV"), ("Dunmere", "DNM"), ("Esterholm", "EST"), ("Farrowgate", "FRG"),

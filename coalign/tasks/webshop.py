@@ -27,7 +27,7 @@ from pathlib import Path
 from coalign.errors import DataError, SkippedRows, keep_or_skip
 from coalign.tasks import Task
 from coalign.tasks.jsonl import convert_rows, read_json, require, require_text, type_name
-from coalign.tools.shop import NO_PRICE_LIMIT, Catalogue, Goal, Product, price_upper
+from coalign.envs.shop import NO_PRICE_LIMIT, Catalogue, Goal, Product, price_upper
 
 PRODUCT_FILES = ("items_shuffle_1000.json", "items_shuffle.json")
 ATTRIBUTE_FILES = ("items_ins_v2_1000.json", "items_ins_v2.json")

@@ -25,7 +25,7 @@ Where we differ from Lumos, and why:
   ranking and reading costs grow with it (contexts are bounded by the executor's input limit).
 
 The knowledge comes from a `QABackend`. The embedded default, `LocalQA` over the bundled world
-(`coalign.tasks.qa_world`), finds pages by title or BM25, ranks paragraphs with BM25 and answers
+(`coalign.tools.qa_world`), finds pages by title or BM25, ranks paragraphs with BM25 and answers
 with `extract_answer`, a deterministic reader made for that world's templated sentences. For paper-
 scale runs, implement the three methods over Wikipedia and an LLM and register the tools:
 
@@ -52,6 +52,7 @@ from rank_bm25 import BM25Plus
 from coalign.metrics import squad_normalize
 from coalign.tools import maths
 from coalign.tools.maths import ToolError
+from coalign.tools.qa_world import bundled_world
 
 QUERY_MARK = ", Query: "
 QUESTION_MARK = ", Question: "
@@ -272,8 +273,6 @@ class LocalQA:
 @cache
 def bundled_backend() -> LocalQA:
     """`LocalQA` over the bundled world's pages, built at first use (well under a second)."""
-    from coalign.tasks.qa_world import bundled_world
-
     return LocalQA(bundled_world().pages)
 
 

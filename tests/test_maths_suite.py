@@ -10,7 +10,7 @@ import pytest
 
 from coalign.formats import parse_action
 from coalign.metrics import numeric_match
-from coalign.tasks.suite import (
+from coalign.tasks.maths_suite import (
     _KINDS,
     BLANK_SUBGOAL,
     HELDIN_TEMPLATES,

@@ -13,8 +13,8 @@ from coalign.agents import Agent, grounder_example
 from coalign.config import TinySpec
 from coalign.formats import grounder_prompt, lumos_generation_prompt
 from coalign.models import make_tiny_model, render_prompt
-from coalign.stages import score as score_module
-from coalign.stages.score import (
+from coalign import scoring as score_module
+from coalign.scoring import (
     ActionScore,
     EncodedRow,
     argument_spans,

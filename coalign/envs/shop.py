@@ -27,13 +27,17 @@ from __future__ import annotations
 
 import random
 import re
+from statistics import mean
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rank_bm25 import BM25Plus
 
 from coalign.formats import FormatError, parse_action, split_actions
-from coalign.tools.web import ActionRecord, Turn, words
+from coalign.envs.base import Step
+from coalign.envs.episode import Turn, play_turn
+from coalign.envs.web import words
+from coalign.formats_iterative import result_feedback
 from coalign.web_metrics import webshop_reward
 
 SEARCH_RETURN = 50  # products a search finds (WebShop's SEARCH_RETURN_N)
@@ -199,20 +203,36 @@ class ShopEpisode:
     does not offer fails that action (recorded) and the shopper stays where they were.
     """
 
+    metric = "reward"
+
     def __init__(self, catalogue: Catalogue, goal: Goal) -> None:
-        self.session = Session(catalogue)
+        self.catalogue = catalogue
         self.goal = goal
+        self.reset()
+
+    def reset(self, seed: int | None = None) -> str:
+        """Restart the goal on the search page (a shop episode is one goal: `seed` is not used); returns the
+        shopper's instruction."""
+        self.session = Session(self.catalogue)
         self.values: dict[str, ShopValue] = {}
+        self.history: list[str] = []  # every action stepped since the reset, to replay this state
+        return self.goal.instruction
 
     @property
     def done(self) -> bool:
         return self.session.page == "done"
 
+    def step(self, action: str) -> Step:
+        """One shop action: its value is what the page or tool gives back, or it fails with an error."""
+        self.history.append(action)
+        value, error = self._step(action)
+        return Step(error or value, self.score(), self.done, {"value": value, "error": error})
+
     def act(self, actions: str | Sequence[str]) -> Turn:
-        texts = split_actions(actions.strip().rstrip(".")) if isinstance(actions, str) else list(actions)
-        if not texts:
-            return Turn([ActionRecord("", None, "empty action sequence")], self.done)
-        return Turn([self._step(text) for text in texts], self.done)
+        """A grounder turn: its actions (text split at `;`, a trailing "." dropped, or a list), one step each."""
+        return play_turn(
+            self, split_actions(actions.strip().rstrip(".")) if isinstance(actions, str) else list(actions)
+        )
 
     def score(self) -> float:
         bought = self.session.bought
@@ -220,9 +240,37 @@ class ShopEpisode:
             return 0.0
         return webshop_reward(self.goal, bought, list(self.session.chosen.values()), bought.price)
 
-    def _step(self, text: str) -> ActionRecord:
+    @staticmethod
+    def set_score(episodes: Sequence[ShopEpisode]) -> float:
+        """The mean WebShop reward of a set."""
+        return mean(e.score() for e in episodes)
+
+    def feedback(self, index: int, subgoal: str, turn: Turn) -> str:
+        """What the planner hears after subgoal `index`: the turn's last result (Lumos's WebShop feedback)."""
+        return result_feedback(index, turn.result)
+
+    def judge_turn(self, gold: Sequence[str], actions: str) -> tuple[bool, str]:
+        """Whether `actions`, run here, do what the gold turn does (and why not): no action fails and the turn
+        ends where the gold turn does, with the same last result (the search's items, the picked item, the
+        page clicked to), the same done state and the same reward. A different route to the same result
+        counts as right; an equally good item other than the gold one does not (a stricter rule than the
+        reward, stated)."""
+        reference = ShopEpisode(self.catalogue, self.goal)
+        for action in self.history:
+            reference.step(action)
+        wanted = reference.act(list(gold))
+        got = self.act(actions)
+        errors = [r.error for r in got.records if r.error]
+        if errors:
+            return False, f"action failed: {errors[0]}"[:300]
+        if (got.result, self.done, self.score()) != (wanted.result, reference.done, reference.score()):
+            return False, "a different result from the gold turn's"
+        return True, "same result as the gold turn"
+
+    def _step(self, text: str) -> tuple[str | None, str | None]:
+        """(value, error) of one action."""
         if self.done:
-            return ActionRecord(text, None, "the episode is over (the item was bought)")
+            return None, "the episode is over (the item was bought)"
         try:
             action = parse_action(text.strip().rstrip(".").rstrip())  # Lumos's examplars end some with "."
             if len(action.outputs) != 1:
@@ -232,9 +280,9 @@ class ShopEpisode:
             tool = {"Search": self._search, "Click": self._click, "FeatureRetrieve": self._features, "Pick": self._pick}
             value = tool[action.tool](action.argument.strip())
         except (FormatError, ShopError) as exc:
-            return ActionRecord(text, None, str(exc))
+            return None, str(exc)
         self.values[action.outputs[0]] = value
-        return ActionRecord(text, value.text, None)
+        return value.text, None
 
     def _value(self, name: str) -> ShopValue:
         if name not in self.values:

@@ -22,8 +22,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from coalign.envs.base import Step
+from coalign.envs.episode import Turn, play_turn
 from coalign.formats import FormatError, parse_action, split_actions
-from coalign.web_metrics import step_correct, task_step_success
+from coalign.formats_iterative import web_feedback
+from coalign.web_metrics import step_correct, step_success_rate, task_step_success
 
 OPERATIONS = ("CLICK", "TYPE", "SELECT")
 START_PAGE = "Env"
@@ -155,28 +158,6 @@ def resolve(page: Sequence[Element], query: str) -> Element | None:
 # --------------------------------------------------------------------------- episodes
 
 
-@dataclass
-class ActionRecord:
-    """What one action did in an episode: its value as text, or why it failed."""
-
-    action: str
-    value: str | None
-    error: str | None
-
-
-@dataclass
-class Turn:
-    """One grounder turn's actions run in an episode; `result` (the last value) is what the planner may hear."""
-
-    records: list[ActionRecord]
-    done: bool
-
-    @property
-    def result(self) -> str:
-        values = [r.value for r in self.records if r.value is not None]
-        return values[-1] if values else ""
-
-
 class SiteEpisode:
     """A Mind2Web-like task run action by action; `score()` is its step success rate.
 
@@ -184,29 +165,65 @@ class SiteEpisode:
     query that matches nothing fails its step, and the episode moves on to the next gold step.
     """
 
-    def __init__(self, steps: Sequence[GoldStep]) -> None:
+    metric = "step_success_rate"
+
+    def __init__(self, steps: Sequence[GoldStep], goal: str = "") -> None:
         if not steps:
             raise ValueError("an episode needs at least one gold step")
         self.steps = list(steps)
+        self.goal = goal
+        self.reset()
+
+    def reset(self, seed: int | None = None) -> str:
+        """Restart the task (a site episode is one task: `seed` is not used); returns the goal."""
         self.pages: dict[str, tuple[Element, ...]] = {START_PAGE: self.steps[0].page}
         self.flags: list[bool] = []
+        return self.goal
 
     @property
     def done(self) -> bool:
         return len(self.flags) >= len(self.steps)
 
+    def step(self, action: str) -> Step:
+        """One web action: its value is the element it chose (`[button] Search`), or it fails with an error."""
+        value, error = self._step(action)
+        return Step(error or value, self.score(), self.done, {"value": value, "error": error})
+
     def act(self, actions: str | Sequence[str]) -> Turn:
-        texts = split_actions(actions) if isinstance(actions, str) else list(actions)
-        if not texts:
-            return Turn([ActionRecord("", None, "empty action sequence")], self.done)
-        return Turn([self._step(text) for text in texts], self.done)
+        """A grounder turn: its actions (text split at `;`, or a list), one step each."""
+        return play_turn(self, split_actions(actions) if isinstance(actions, str) else list(actions))
 
     def score(self) -> float:
         return task_step_success(self.flags, len(self.steps))
 
-    def _step(self, text: str) -> ActionRecord:
+    @staticmethod
+    def set_score(episodes: Sequence[SiteEpisode]) -> float:
+        """Mind2Web's step success rate of a set, micro-averaged over all gold steps (right steps / steps)."""
+        return step_success_rate((e.flags, len(e.steps)) for e in episodes)
+
+    def feedback(self, index: int, subgoal: str, turn: Turn) -> str:
+        """What the planner hears after subgoal `index`: Lumos's web restatement of the subgoal as done."""
+        return web_feedback(subgoal)
+
+    def judge_turn(self, gold: Sequence[str], actions: str) -> tuple[bool, str]:
+        """Whether `actions`, run here, do what the gold turn does (and why not): exactly as many steps as the
+        gold turn, every one right by Mind2Web's rule (`web_metrics.step_correct`: a positive element, the
+        operation, and for TYPE/SELECT the value), the rule the step success rate counts, and no action fails
+        (e.g. one past the last step)."""
+        before = len(self.flags)
+        errors = [r.error for r in self.act(actions).records if r.error]
+        flags = self.flags[before:]
+        if len(flags) != len(gold):
+            return False, f"{len(flags)} steps taken where the gold turn takes {len(gold)}"
+        if not all(flags) or errors:
+            why = f": {errors[0]}" if errors else ""
+            return False, f"wrong step (element, operation or value){why}"[:300]
+        return True, "right step"
+
+    def _step(self, text: str) -> tuple[str | None, str | None]:
+        """(value, error) of one action."""
         if self.done:
-            return ActionRecord(text, None, f"the task has no step left (all {len(self.steps)} taken)")
+            return None, f"the task has no step left (all {len(self.steps)} taken)"
         gold = self.steps[len(self.flags)]
         following = self.steps[len(self.flags) + 1].page if len(self.flags) + 1 < len(self.steps) else ()
         try:
@@ -216,14 +233,14 @@ class SiteEpisode:
             output = re.match(r"\s*(R\d+)\s*=", text)  # the page still gets a name, as in Lumos's evaluation
             if output:
                 self.pages[output[1]] = following
-            return ActionRecord(text, None, str(exc))
+            return None, str(exc)
         page = self.pages.get(call.page)
         self.pages[call.output] = following
         if page is None:
             self.flags.append(False)
-            return ActionRecord(text, None, f"{call.page} names no page yet")
+            return None, f"{call.page} names no page yet"
         element = resolve(page, call.query)
         self.flags.append(step_correct(element.id if element else None, call.op, call.text, gold))
         if element is None:
-            return ActionRecord(text, None, f"no element on the page matches {call.query!r}")
-        return ActionRecord(text, element.describe(), None)
+            return None, f"no element on the page matches {call.query!r}"
+        return element.describe(), None

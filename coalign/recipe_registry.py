@@ -1,0 +1,115 @@
+"""Recipes by name: what `coalign train` runs, what a config's `recipe` may say, what `coalign bench` compares.
+
+One entry per recipe; the CLI, config validation and the bench look it up here instead of keeping
+if-chains. Functions are named as "module:function" and imported on use, so this module sits low
+(config reads the names without importing the recipes above it), as `envs.REGISTRY` does for
+environments. A new recipe is one module under `recipes/` and one entry in `REGISTRY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import import_module
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A recipe's entry.
+
+    run: (config, run_dir, console, force) -> results, as `coalign train` calls it.
+    rounds: (run, config, train, planner, grounder, round0, console) -> evaluation after every round,
+        continuing a bench's shared cold start.
+    history: whether `run` returns the evaluation after every round (else one evaluation).
+    section: the config section its bench variants override (None: no variants beyond its name).
+    round_sections: the config sections only its rounds read; a bench's cold start leaves them at their
+        defaults, so benches that differ only in their rounds share a seed's cold start.
+    variants: bench recipe name -> overrides of `section` (the paper's ablations).
+    sweeps: bench recipe name prefix -> an integer field of `section` (`moat_k8`: moat.k = 8).
+    check: (config, train) -> None, raising RunError for a config that would fail after the cold start.
+    bench: a bench runner of its own, (config, root, seeds, variants, workers, console, name, force) ->
+        results, for a recipe whose runs share no planner/grounder cold start (None: `bench.run_bench`).
+    report: (results) -> markdown, the report of its own bench.
+    show: (results) -> markdown, what `coalign train` prints after a run (None: the evaluation tables).
+    """
+
+    run: str
+    rounds: str | None
+    history: bool
+    section: str | None = None
+    round_sections: tuple[str, ...] = ()
+    variants: dict[str, dict] = field(default_factory=dict)
+    sweeps: dict[str, str] = field(default_factory=dict)
+    check: str | None = None
+    bench: str | None = None
+    report: str | None = None
+    show: str | None = None
+
+
+REGISTRY: dict[str, Recipe] = {
+    "lumos": Recipe(
+        run="coalign.recipes.lumos:run_lumos",
+        rounds="coalign.recipes.lumos:matched_rounds",
+        history=False,
+        round_sections=("moat", "grounder_round_sft", "planner_round_sft"),
+        variants={"lumos": {}},
+    ),
+    "moat": Recipe(
+        run="coalign.recipes.moat:run_moat",
+        rounds="coalign.recipes.moat:moat_rounds",
+        history=True,
+        section="moat",
+        round_sections=("moat", "planner_dpo", "grounder_round_sft"),
+        variants={
+            "moat": {},
+            "moat_no_stage1": {"stage1": False},
+            "moat_no_stage2": {"stage2": False},
+            "moat_no_critic": {"critic": "none", "critic_options": {}},  # an llm critic's options do not fit "none"
+        },
+        sweeps={"moat_k": "k"},
+        check="coalign.recipes.moat:refuse_llm_critic_on_turns",
+    ),
+    "pilotrl": Recipe(
+        run="coalign.recipes.pilotrl:run_pilotrl",
+        rounds=None,
+        history=False,
+        section="pilotrl",
+        variants={"adaplan": {"mode": "adaplan"}, "react": {"mode": "react"}},
+        bench="coalign.pilotrl_bench:run_pilotrl_bench",
+        report="coalign.pilotrl_report:report_markdown",
+        show="coalign.pilotrl_report:run_markdown",
+    ),
+}
+RECIPES = tuple(REGISTRY)
+
+
+def recipe(name: str) -> Recipe:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown recipe {name!r}; known: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def load(ref: str) -> Callable[..., Any]:
+    """The function a "module:function" reference names."""
+    module, _, attr = ref.partition(":")
+    return getattr(import_module(module), attr)
+
+
+def bench_names(config_recipe: str = "lumos") -> tuple[str, ...]:
+    """What `coalign bench` runs by default for a config of `config_recipe`: the variants of every recipe
+    that shares its bench runner (lumos, moat and its ablations share one; pilotrl has its own)."""
+    runner = recipe(config_recipe).bench
+    return tuple(name for entry in REGISTRY.values() if entry.bench == runner for name in entry.variants)
+
+
+def bench_variant(name: str) -> tuple[str, dict]:
+    """(recipe, overrides of its config section) that a bench recipe name stands for; ValueError if none."""
+    for recipe_name, entry in REGISTRY.items():
+        if name in entry.variants:
+            return recipe_name, entry.variants[name]
+        for prefix, key in entry.sweeps.items():
+            if name.startswith(prefix) and name[len(prefix) :].isdigit():
+                return recipe_name, {key: int(name[len(prefix) :])}
+    sweeps = [f"{prefix}<{key.upper()}>" for entry in REGISTRY.values() for prefix, key in entry.sweeps.items()]
+    raise ValueError(f"unknown recipe {name!r}; known: {', '.join([*bench_names(), *sweeps])}")
