@@ -67,17 +67,16 @@ def evaluate(run: Run, settings: PilotRLSettings, model_path: str, every: int, c
 
     def work() -> None:
         agent = Agent.load(model_path, trust)
-        per_env, rows = {}, []
-        for env in [*settings.heldin, *settings.heldout]:
-            tasks = [(env, settings.eval_seed + i) for i in range(settings.eval_tasks)]
-            console.print(f"[bold]{name}[/bold] {env}: {len(tasks)} tasks ({settings.mode}, plan update every {every})")
-            episodes = run_episodes(
-                agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
-                settings.max_context, settings.batch_size, desc=env,
-            )  # fmt: skip
-            records = [e.to_json() for e in episodes]
-            per_env[env] = summarise(records)
-            rows += records
+        names = [*settings.heldin, *settings.heldout]
+        tasks = [(env, settings.eval_seed + i) for env in names for i in range(settings.eval_tasks)]
+        console.print(f"[bold]{name}[/bold]: {settings.eval_tasks} tasks on each of {', '.join(names)} "
+                      f"({settings.mode}, plan update every {every})")  # fmt: skip
+        episodes = run_episodes(
+            agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
+            settings.max_context, settings.batch_size, desc=name,
+        )  # fmt: skip
+        rows = [e.to_json() for e in episodes]
+        per_env = {env: summarise([r for r in rows if r["env"] == env]) for env in names}
         write_jsonl(run.path(name, "episodes.jsonl"), rows)
         write_json(
             run.path(name, "metrics.json"),
