@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 DEMO_ARGS ?=
 
-.PHONY: install demo test clean
+.PHONY: install demo demo-pilotrl test clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,6 +17,9 @@ install: $(VENV)/.installed
 
 demo: install
 	$(VENV)/bin/coalign demo $(DEMO_ARGS)
+
+demo-pilotrl: install
+	$(VENV)/bin/coalign demo pilotrl $(DEMO_ARGS)
 
 test: install
 	$(VENV)/bin/python -m pytest -q

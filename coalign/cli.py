@@ -115,14 +115,27 @@ def eval_(
     run_dir: RunDirOpt = None,
     planner: Annotated[Optional[str], typer.Option(help="planner checkpoint (default: the run's)")] = None,
     grounder: Annotated[Optional[str], typer.Option(help="grounder checkpoint (default: the run's)")] = None,
+    model: Annotated[Optional[str], typer.Option(help="pilotrl: the agent's checkpoint (default: the run's)")] = None,
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """Planner -> grounder -> executor on the config's held-in and held-out sets."""
+    """Planner -> grounder -> executor on the config's held-in and held-out sets; for a pilotrl config, the
+    agent on every environment at each plan-update interval."""
+    from coalign.recipe_registry import load, recipe
     from coalign.recipes.shared import evaluate_run, prepare_run
 
     cfg = _config(config, set_, skip_bad_rows)
+    entry = recipe(cfg.recipe)
+    if entry.evaluate:
+        try:
+            results = load(entry.evaluate)(cfg, run_dir or Path("runs") / cfg.name, model, console, force)
+        except (DataError, RunError, OSError) as err:
+            raise _fail(err) from None
+        from rich.markdown import Markdown
+
+        console.print(Markdown(load(entry.show)(results)))
+        return
     if not cfg.data.heldin and not cfg.data.heldout:
         raise _fail(RunError(f"{config}: nothing to evaluate; add sets under data.heldin or data.heldout"))
     trained = run_dir or Path("runs") / cfg.name
@@ -144,6 +157,10 @@ def eval_(
 
 
 DEMO_SETTINGS = ["moat.rounds=1", "moat.tasks=200"]  # `coalign bench tiny` runs 2 rounds on 400 tasks
+# `coalign bench tiny-pilotrl` trains on 100 episodes per environment for 8 epochs, evaluates 15 per environment
+PILOTRL_DEMO_SETTINGS = [
+    "pilotrl.train_tasks=50", "pilotrl.sft.epochs=4", "pilotrl.eval_tasks=5", "pilotrl.eval_update_every=[1]"
+]  # fmt: skip
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -227,7 +244,8 @@ def demo(
         _bench("tiny", run_dir or Path("runs/demo"), [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_],
                force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
     elif recipe == "pilotrl":
-        _bench("tiny-pilotrl", run_dir or Path("runs/demo-pilotrl"), [0], ["adaplan", "react"], None, set_,
+        _bench("tiny-pilotrl", run_dir or Path("runs/demo-pilotrl"), [0], ["adaplan", "react"], None,
+               [*PILOTRL_DEMO_SETTINGS, *set_],
                force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
     else:
         raise typer.BadParameter(f"the demos are moat and pilotrl, got {recipe!r}")

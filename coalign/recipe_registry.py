@@ -32,6 +32,8 @@ class Recipe:
         results, for a recipe whose runs share no planner/grounder cold start (None: `bench.run_bench`).
     report: (results) -> markdown, the report of its own bench.
     show: (results) -> markdown, what `coalign train` prints after a run (None: the evaluation tables).
+    evaluate: (config, run_dir, model, console, force) -> results, `coalign eval` of its configs (None: the
+        planner -> grounder -> executor evaluation).
     """
 
     run: str
@@ -45,6 +47,7 @@ class Recipe:
     bench: str | None = None
     report: str | None = None
     show: str | None = None
+    evaluate: str | None = None
 
 
 REGISTRY: dict[str, Recipe] = {
@@ -79,6 +82,7 @@ REGISTRY: dict[str, Recipe] = {
         bench="coalign.pilotrl_bench:run_pilotrl_bench",
         report="coalign.pilotrl_report:report_markdown",
         show="coalign.pilotrl_report:run_markdown",
+        evaluate="coalign.recipes.pilotrl:evaluate_checkpoint",
     ),
 }
 RECIPES = tuple(REGISTRY)

@@ -91,3 +91,20 @@ def test_the_bench_defaults_to_the_config_recipes_own_variants():
 
     assert bench_names("pilotrl") == ("adaplan", "react")
     assert "adaplan" not in bench_names("moat") and "moat" in bench_names("lumos")
+
+
+def test_eval_of_a_missing_run_is_a_clear_error(tmp_path):
+    from coalign.recipes.pilotrl import evaluate_checkpoint
+
+    with pytest.raises(RunError, match="no such run folder"):
+        evaluate_checkpoint(config(), tmp_path / "nowhere", None, Console(quiet=True))
+
+
+def test_eval_of_a_given_checkpoint_writes_a_new_folder(tmp_path):
+    from coalign.recipes.pilotrl import evaluate_checkpoint
+
+    cfg = config(train_tasks=4, eval_tasks=2, sft={**SFT, "epochs": 1})
+    run_pilotrl(cfg, tmp_path, Console(quiet=True))
+    results = evaluate_checkpoint(cfg, tmp_path, str(tmp_path / "checkpoints" / "sft"), Console(quiet=True))
+    assert results["k1"]["envs"]["toy"]["tasks"] == 2
+    assert len(list(tmp_path.glob("eval-*/eval_k1/metrics.json"))) == 1

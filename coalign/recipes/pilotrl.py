@@ -9,6 +9,7 @@ plan-update interval. The three progressive GRPO stages continue from the checkp
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -67,7 +68,7 @@ def evaluate(run: Run, settings: PilotRLSettings, model_path: str, every: int, c
 
     def work() -> None:
         agent = Agent.load(model_path, trust)
-        names = [*settings.heldin, *settings.heldout]
+        names = list(dict.fromkeys([*settings.heldin, *settings.heldout]))
         tasks = [(env, settings.eval_seed + i) for env in names for i in range(settings.eval_tasks)]
         console.print(f"[bold]{name}[/bold]: {settings.eval_tasks} tasks on each of {', '.join(names)} "
                       f"({settings.mode}, plan update every {every})")  # fmt: skip
@@ -130,7 +131,27 @@ def run_pilotrl(config: RunConfig, run_dir: str | Path, console: Console, force:
         return {"episodes": len(conversations), **read_json(out / "train_log.json")}
 
     run.stage("sft", train, [out], inputs=[init, episodes])
+    return evaluate_all(run, config, str(out), console)
+
+
+def evaluate_all(run: Run, config: RunConfig, model_path: str, console: Console) -> dict:
+    """AdaPlan at each plan-update interval of `eval_update_every` (ReAct once); metrics.json holds them all."""
+    settings, trust = config.pilotrl, config.models.trust_remote_code
     everies = settings.eval_update_every if settings.mode == "adaplan" else [1]
-    results = {f"k{k}": evaluate(run, settings, str(out), k, console, trust) for k in everies}
+    results = {f"k{k}": evaluate(run, settings, model_path, k, console, trust) for k in everies}
     write_json(run.path("metrics.json"), results)
     return results
+
+
+def evaluate_checkpoint(
+    config: RunConfig, run_dir: str | Path, model: str | None, console: Console, force: bool = False
+) -> dict:
+    """`coalign eval` of a pilotrl config: the run's SFT checkpoint, or `model` (then into a new eval-<time>/
+    folder inside the run folder, so the run's own evaluation is kept)."""
+    trained = Path(run_dir)
+    default = trained / "checkpoints" / "sft"
+    if model is None and not default.is_dir():
+        where = f"{trained}: no such run folder" if not trained.is_dir() else f"{default}: no checkpoint"
+        raise RunError(f"{where}; train first (coalign train CONFIG --run-dir {trained}) or give --model")
+    root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}" if model else trained
+    return evaluate_all(prepare_run(config, root, console, force), config, model or str(default), console)
