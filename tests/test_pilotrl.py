@@ -108,3 +108,13 @@ def test_eval_of_a_given_checkpoint_writes_a_new_folder(tmp_path):
     results = evaluate_checkpoint(cfg, tmp_path, str(tmp_path / "checkpoints" / "sft"), Console(quiet=True))
     assert results["k1"]["envs"]["toy"]["tasks"] == 2
     assert len(list(tmp_path.glob("eval-*/eval_k1/metrics.json"))) == 1
+
+
+def test_longest_turn_counts_the_model_turns_only():
+    from coalign.models import train_tokenizer
+    from coalign.recipes.pilotrl import longest_turn
+
+    tokenizer = train_tokenizer(["abc def ghi"] * 10, 300)
+    conversation = [{"role": "user", "content": "x " * 50}, {"role": "assistant", "content": "abc def"}]
+    expected = len(tokenizer("abc def</s>", add_special_tokens=False)["input_ids"])
+    assert longest_turn(tokenizer, [conversation]) == expected < 50

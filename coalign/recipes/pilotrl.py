@@ -21,7 +21,7 @@ from coalign.envs import env_class
 from coalign.errors import RunError
 from coalign.expert import expert_conversation
 from coalign.formats import lumos_chat
-from coalign.models import make_tiny_model
+from coalign.models import load_tokenizer, make_tiny_model
 from coalign.recipes.shared import prepare_run
 from coalign.runs import Run, atomic_dir, read_json, write_json, write_jsonl
 from coalign.stages.sft import sft_conversations
@@ -131,7 +131,20 @@ def run_pilotrl(config: RunConfig, run_dir: str | Path, console: Console, force:
         return {"episodes": len(conversations), **read_json(out / "train_log.json")}
 
     run.stage("sft", train, [out], inputs=[init, episodes])
+    longest = longest_turn(load_tokenizer(out, trust), conversations)
+    if longest > settings.max_new_tokens:
+        console.print(
+            f"[yellow]warning[/yellow]: the longest expert turn has {longest} tokens, more than "
+            f"pilotrl.max_new_tokens {settings.max_new_tokens}: such turns are cut off at evaluation"
+        )
     return evaluate_all(run, config, str(out), console)
+
+
+def longest_turn(tokenizer, conversations: list[list[dict]]) -> int:
+    """Tokens of the longest model turn (its end-of-turn token included) in the training episodes."""
+    eos = tokenizer.eos_token or ""
+    turns = (m["content"] + eos for messages in conversations for m in messages if m["role"] == "assistant")
+    return max((len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in turns), default=0)
 
 
 def evaluate_all(run: Run, config: RunConfig, model_path: str, console: Console) -> dict:
