@@ -1,28 +1,13 @@
-"""Crafting: TextCraft's commands and answers, a recipe-tree expert from any state, hostile text."""
+"""Crafting: TextCraft's commands and answers, a recipe-tree expert that recovers from any state.
+
+`test_envs` checks what every environment owes (expert in optimal steps, determinism, hostile text, step limit,
+copies)."""
 
 from __future__ import annotations
 
-import copy
-
-import pytest
-
 from coalign.envs import make_env
 from coalign.envs.crafting import BASE, RECIPES, depth
-
-HOSTILE = [
-    "",
-    "x" * 1_000_000,
-    "get 2\x00 coal",
-    "\u202eget 2 coal\u202c",
-    "ｇｅｔ ２ ｃｏａｌ",
-    "__import__('os').system('x')",
-    "(" * 10_000 + ")" * 10_000,
-    "\n\n  \nget 1 coal\ncraft 1 bucket using 3 iron ingot",
-    "get 99999999999999999999 coal",
-    "craft 0 stick using 0 plank",
-    "craft 4 stick using 2 plank, 2 plank",
-    "get -3 coal",
-]
+from tests.test_envs import expert_runs
 
 
 def test_first_observation_lists_commands_and_goal() -> None:
@@ -35,42 +20,13 @@ def test_first_observation_lists_commands_and_goal() -> None:
     assert sum(line.startswith("craft ") for line in lines) >= 7  # needed + distractors
 
 
-def test_expert_succeeds_in_optimal_steps() -> None:
-    env = make_env("crafting")
+def test_expert_only_gets_and_crafts_many_targets() -> None:
     targets = set()
-    for seed in range(300):
-        env.reset(seed)
+    for env, _, observations in expert_runs("crafting", range(300)):
         targets.add(env.target)
         assert 3 <= env.optimal_steps <= 12
-        plan = env.expert_plan()
-        assert len(plan) == env.optimal_steps and all(len(step.split()) <= 12 for step in plan)
-        assert [env.plan_action(step) for step in plan][0] == env.expert_action()
-        while not env.done:
-            observation = env.step(env.expert_action()).observation
-            assert observation.startswith(("Got ", "Crafted ")), observation
-        assert env.success and env.reward() == 1.0 and env.steps_taken == env.optimal_steps
+        assert all(observation.startswith(("Got ", "Crafted ")) for observation in observations[1:]), observations
     assert len(targets) >= 15
-
-
-def test_plan_steps_read_back_to_expert_actions() -> None:
-    env = make_env("crafting")
-    for seed in range(60):
-        env.reset(seed)
-        while not env.done:
-            assert env.plan_action(env.expert_plan()[0]) == env.expert_action()
-            env.step(env.expert_action())
-
-
-def test_expert_recovers_after_deviation() -> None:
-    env = make_env("crafting")
-    for seed in range(100):
-        env.reset(seed)
-        for action in ("get 3 wood log", "craft 4 plank using 1 wood log", "get 1 coal", "craft 1 boat using 5 plank"):
-            if not env.done:
-                env.step(action)
-        while not env.done:
-            env.step(env.expert_action())
-        assert env.success
 
 
 def test_textcraft_answers() -> None:
@@ -95,19 +51,7 @@ def test_textcraft_answers() -> None:
     assert env.step("dance").observation == "Could not execute dance"
 
 
-def test_step_limit_ends_the_episode() -> None:
-    env = make_env("crafting")
-    env.reset(3)
-    for _ in range(env.max_steps - 1):
-        assert not env.step("inventory").done
-    assert env.step("inventory").done and not env.success
-
-
-def test_deterministic_per_seed() -> None:
-    a, b = make_env("crafting"), make_env("crafting")
-    for seed in (0, 5, 777, 2**35):
-        assert a.reset(seed) == b.reset(seed)
-        assert a.expert_plan() == b.expert_plan()
+def test_seeds_draw_different_tasks() -> None:
     assert len({make_env("crafting").reset(s) for s in range(30)}) > 20
 
 
@@ -123,26 +67,3 @@ def test_plan_action() -> None:
     assert env.plan_action("check the inventory") == "inventory"
     assert env.plan_action("gather what the recipe needs") is None
     assert set(BASE).isdisjoint(RECIPES)
-
-
-@pytest.mark.parametrize("action", HOSTILE)
-def test_hostile_actions_never_raise(action: str) -> None:
-    env = make_env("crafting")
-    env.reset(6)
-    assert isinstance(env.step(action).observation, str)
-    env.step(env.expert_action())
-    assert isinstance(env.step(action).observation, str)
-    assert env.plan_action(action) is None or isinstance(env.plan_action(action), str)
-    while not env.done:
-        env.step(env.expert_action())
-    assert env.success and env.step(action).observation == "The episode is over."
-
-
-def test_deepcopy_is_independent() -> None:
-    env = make_env("crafting")
-    env.reset(8)
-    twin = copy.deepcopy(env)
-    while not twin.done:
-        twin.step(twin.expert_action())
-    assert twin.success and not env.done and env.inventory == {}
-    assert env.step(env.expert_action()).observation.startswith("Got ")

@@ -1,4 +1,7 @@
-"""The household environment: the expert solves every seed in its plan's steps, and model text never breaks it."""
+"""The household environment: ALFWorld's six task types and answers, an expert that recovers from wandering.
+
+`test_envs` checks what every environment owes (expert in optimal steps, determinism, hostile text, step limit,
+copies)."""
 
 from __future__ import annotations
 
@@ -10,43 +13,14 @@ import pytest
 
 from coalign.envs import make_env
 from coalign.envs.household import TASK_TYPES, HouseholdEnv
-
-HOSTILE = [
-    "",
-    "x" * 1_000_000,
-    "\x00\x00 wipe\x00 disk",
-    "\u202e1 egdirf ni 1 elppa tup\u202c \u2067ذهاب\u2069",
-    "__import__('os').system('x')",
-    "(" * 10_000 + ")" * 10_000,
-    "12345",
-    "-1e308",
-    "\n".join(f"go to cabinet {i} and then take everything" * 20 for i in range(500)),
-]
+from tests.test_envs import HOSTILE, NEAR_MISSES, expert_runs, run_expert
 
 
-def run_expert(env: HouseholdEnv) -> list[str]:
-    actions = []
-    while not env.done:
-        actions.append(env.expert_action())
-        env.step(actions[-1])
-    return actions
-
-
-def test_expert_follows_its_plan_and_solves_every_seed() -> None:
+def test_every_plan_step_is_an_action_that_happens_and_task_types_balance() -> None:
     solved = Counter()
-    for seed in range(300):
-        env = HouseholdEnv()
-        env.reset(seed)
-        plan = env.expert_plan()
-        assert len(plan) == env.optimal_steps and 3 <= env.optimal_steps <= 12
-        assert all(len(step.split()) <= 12 for step in plan)
-        for index, step in enumerate(plan):
-            action = env.expert_action()
-            assert env.plan_action(step) == action == env.plan_action(env.expert_plan()[0])
-            result = env.step(action)
-            assert result.observation != "Nothing happened.", (seed, index, action)
-            assert result.done == (index == len(plan) - 1)
-        assert env.success and env.steps_taken == env.optimal_steps <= env.max_steps
+    for env, plan, observations in expert_runs("household", range(300)):
+        assert 3 <= env.optimal_steps <= 12 and None not in map(env.plan_action, plan)
+        assert "Nothing happened." not in observations[1:], env.task
         solved[env.task] += 1
     assert set(solved) == set(TASK_TYPES) and min(solved.values()) == 50
 
@@ -77,17 +51,11 @@ def test_expert_recovers_after_the_agent_wanders(wander: int) -> None:
         assert len(run_expert(env)) == len(left) and env.success, seed
 
 
-def test_first_observation_and_determinism() -> None:
+def test_first_observation_and_seeds_draw_different_rooms() -> None:
     first = HouseholdEnv().reset(7)
     assert first.startswith("You are in the middle of a room. Looking quickly around you, you see a ")
     assert "\nYour task is to: " in first and first.endswith(".")
-    a, b = HouseholdEnv(), HouseholdEnv()
-    assert a.reset(7) == b.reset(7) and a.goal == b.goal
-    assert [a.step(x).observation for x in run_expert(copy.deepcopy(a))] == [
-        b.step(x).observation for x in run_expert(copy.deepcopy(b))
-    ]
     assert len({HouseholdEnv().reset(seed) for seed in range(50)}) == 50
-    assert isinstance(HouseholdEnv().reset(None), str)
     assert isinstance(make_env("household"), HouseholdEnv)
 
 
@@ -105,36 +73,15 @@ def test_invalid_actions_get_nothing_happened() -> None:
     assert not env.done
 
 
-@pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
-def test_hostile_text_is_answered_never_raised(text: str) -> None:
+def test_hostile_text_gets_nothing_happened() -> None:
     env = HouseholdEnv()
     env.reset(11)
-    assert env.step(text).observation == "Nothing happened."
+    started = copy.deepcopy(env)
     env.step(env.expert_action())
-    assert env.step(text).observation == "Nothing happened."
-    assert env.plan_action(text) is None
-    run_expert(env)
-    after = env.step(text)
-    assert after.done and isinstance(after.observation, str) and after.observation
-
-
-def test_step_limit_ends_the_episode() -> None:
-    env = HouseholdEnv()
-    env.reset(3)
-    results = [env.step("look") for _ in range(env.max_steps)]
-    assert [r.done for r in results] == [False] * (env.max_steps - 1) + [True]
-    assert not env.success and env.step("look").observation == "The episode is over."
-
-
-def test_deepcopy_is_independent() -> None:
-    env = HouseholdEnv()
-    env.reset(5)
-    env.step(env.expert_action())
-    before = (env.step("look").observation, env.steps_taken, env.expert_plan())
-    clone = copy.deepcopy(env)
-    run_expert(clone)
-    assert clone.success and not env.success
-    assert (env.step("look").observation, env.steps_taken - 1, env.expert_plan()) == before
+    for text in HOSTILE + NEAR_MISSES["household"]:
+        assert env.plan_action(text) is None
+        for state in (started, env):
+            assert copy.deepcopy(state).step(text).observation == "Nothing happened.", text
 
 
 def test_plan_action_reads_the_action_a_step_begins_with() -> None:

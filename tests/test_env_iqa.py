@@ -1,50 +1,23 @@
-"""The IQA environment: the expert looks, then answers right on every seed; model text never breaks it."""
+"""The IQA environment: the expert looks, then answers right; questions balanced and answered only after looking.
+
+`test_envs` checks what every environment owes (expert in optimal steps, determinism, hostile text, step limit,
+copies)."""
 
 from __future__ import annotations
 
 import copy
 import random
 
-import pytest
-
 from coalign.envs import make_env
 from coalign.envs.iqa import CONTAINERS, IQAEnv
-
-HOSTILE = [
-    "",
-    "x" * 1_000_000,
-    "\x00\x00 wipe\x00 disk",
-    "\u202eeurT rewsna\u202c \u2067ذهاب\u2069",
-    "__import__('os').system('x')",
-    "(" * 10_000 + ")" * 10_000,
-    "0",
-    "3.14159",
-    "\n".join("I think I should move ahead and then answer True. " * 20 for _ in range(500)),
-]
+from tests.test_envs import HOSTILE, NEAR_MISSES, expert_runs, run_expert
 
 
-def run_expert(env: IQAEnv) -> list[str]:
-    actions = []
-    while not env.done:
-        actions.append(env.expert_action())
-        env.step(actions[-1])
-    return actions
-
-
-def test_expert_follows_its_plan_and_answers_every_seed() -> None:
+def test_expert_looks_then_answers_and_answers_balance() -> None:
     truths = []
-    for seed in range(300):
-        env = IQAEnv()
-        env.reset(seed)
-        plan = env.expert_plan()
-        assert len(plan) == env.optimal_steps and 2 <= env.optimal_steps <= env.max_steps
-        assert all(len(step.split()) <= 12 for step in plan)
-        for index, step in enumerate(plan):
-            action = env.expert_action()
-            assert env.plan_action(step) == action == env.plan_action(env.expert_plan()[0])
-            assert env.step(action).done == (index == len(plan) - 1)
-        assert env.success and env.steps_taken == env.optimal_steps
-        assert action == f"answer {env.truth}"
+    for env, plan, _ in expert_runs("iqa", range(300)):
+        assert env.optimal_steps >= 2 and None not in map(env.plan_action, plan)
+        assert env.plan_action(plan[-1]) == f"answer {env.truth}"
         truths.append(env.truth)
     assert truths.count(True) == truths.count(False) == 150
 
@@ -96,49 +69,24 @@ def test_observations_say_what_is_in_view() -> None:
     assert env.step("bad command").observation == "Nothing happened."
 
 
-def test_blocked_moves_and_determinism() -> None:
+def test_blocked_moves_and_seeds_draw_different_kitchens() -> None:
     env = IQAEnv()
     env.reset(2)  # starts facing a wall, right in front
     assert env.step("move ahead").observation.startswith("You cannot move ahead. You are at row 4, column 1")
-    a, b = IQAEnv(), IQAEnv()
-    assert a.reset(9) == b.reset(9)
-    assert [a.step(x).observation for x in run_expert(copy.deepcopy(a))] == [
-        b.step(x).observation for x in run_expert(copy.deepcopy(b))
-    ]
     assert len({IQAEnv().reset(seed) for seed in range(50)}) == 50
-    assert isinstance(IQAEnv().reset(None), str) and isinstance(make_env("iqa"), IQAEnv)
+    assert isinstance(make_env("iqa"), IQAEnv)
 
 
-@pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
-def test_hostile_text_is_answered_never_raised(text: str) -> None:
+def test_hostile_text_gets_nothing_happened() -> None:
     env = IQAEnv()
     env.reset(4)
-    assert env.step(text).observation == "Nothing happened."
+    started = copy.deepcopy(env)
     env.step(env.expert_action())
-    assert env.step(text).observation == "Nothing happened." and not env.done
-    assert env.plan_action(text) is None
-    run_expert(env)
-    after = env.step(text)
-    assert after.done and after.observation
-
-
-def test_step_limit_ends_the_episode() -> None:
-    env = IQAEnv()
-    env.reset(3)
-    results = [env.step("turn left") for _ in range(env.max_steps)]
-    assert [r.done for r in results] == [False] * (env.max_steps - 1) + [True]
-    assert not env.success
-
-
-def test_deepcopy_is_independent() -> None:
-    env = IQAEnv()
-    env.reset(6)
-    env.step(env.expert_action())
-    before = (env.pose, env.looked, env.steps_taken, env.expert_plan())
-    clone = copy.deepcopy(env)
-    run_expert(clone)
-    assert clone.success and not env.done
-    assert (env.pose, env.looked, env.steps_taken, env.expert_plan()) == before
+    for text in HOSTILE + NEAR_MISSES["iqa"]:
+        assert env.plan_action(text) is None
+        for state in (started, env):
+            probe = copy.deepcopy(state)
+            assert probe.step(text).observation == "Nothing happened." and not probe.done, text
 
 
 def test_plan_action_reads_the_action_a_step_begins_with() -> None:

@@ -1,25 +1,13 @@
-"""MAZE: LMRL-Gym's wording, a shortest-path expert from any cell, hostile text."""
+"""MAZE: LMRL-Gym's wording, a shortest-path expert from any cell.
+
+`test_envs` checks what every environment owes (expert in optimal steps, determinism, hostile text, step limit,
+copies)."""
 
 from __future__ import annotations
 
-import copy
-
-import pytest
-
 from coalign.envs import make_env
 from coalign.envs.maze import LAYOUT, OPEN, describe, shortest_path
-
-HOSTILE = [
-    "",
-    "x" * 1_000_000,
-    "move\x00 up",
-    "\u202emove up\u202c",
-    "ｍｏｖｅ ｕｐ",
-    "__import__('os').system('x')",
-    "(" * 10_000 + ")" * 10_000,
-    "\n\n  \nmove left\nmove right",
-    "move diagonally",
-]
+from tests.test_envs import HOSTILE, NEAR_MISSES, expert_runs
 
 
 def test_layout_is_a_10x13_double_t() -> None:
@@ -38,34 +26,12 @@ def test_wording() -> None:
     assert first.startswith(f"The goal is at position {env.target[0]}, {env.target[1]}. Your current position is")
 
 
-def test_expert_succeeds_in_optimal_steps() -> None:
-    env = make_env("maze")
+def test_expert_reaches_goals_at_many_distances() -> None:
     lengths = set()
-    for seed in range(300):
-        env.reset(seed)
-        assert 3 <= env.optimal_steps <= 12
+    for env, _, observations in expert_runs("maze", range(300)):
+        assert 3 <= env.optimal_steps <= 12 and observations[-1] == "Success."
         lengths.add(env.optimal_steps)
-        plan = env.expert_plan()
-        assert len(plan) == env.optimal_steps and all(len(s.split()) <= 12 for s in plan)
-        assert env.plan_action(plan[0]) == env.expert_action()
-        while not env.done:
-            step = env.step(env.expert_action())
-        assert env.success and step.observation == "Success." and step.reward == 1.0
-        assert env.steps_taken == env.optimal_steps
     assert len(lengths) >= 6
-
-
-def test_expert_recovers_from_any_cell() -> None:
-    env = make_env("maze")
-    for seed in range(50):
-        env.reset(seed)
-        for action in ("move left", "move up", "move up", "move right", "jump"):
-            if not env.done:
-                env.step(action)
-        while not env.done:
-            assert env.plan_action(env.expert_plan()[0]) == env.expert_action()
-            env.step(env.expert_action())
-        assert env.success
 
 
 def test_wall_bump_keeps_position_and_invalid_text_is_answered() -> None:
@@ -77,19 +43,7 @@ def test_wall_bump_keeps_position_and_invalid_text_is_answered() -> None:
     assert env.step("Move Right").observation.startswith("Your current position is at position 1, 3.")
 
 
-def test_step_limit_ends_the_episode() -> None:
-    env = make_env("maze")
-    env.reset(2)
-    for _ in range(env.max_steps - 1):
-        assert not env.step("wait").done
-    assert env.step("wait").done and not env.success
-
-
-def test_deterministic_per_seed() -> None:
-    a, b = make_env("maze"), make_env("maze")
-    for seed in (0, 1, 99, 2**40):
-        assert a.reset(seed) == b.reset(seed)
-        assert a.expert_plan() == b.expert_plan()
+def test_seeds_draw_different_tasks() -> None:
     assert len({make_env("maze").reset(s) for s in range(40)}) > 20
 
 
@@ -102,24 +56,8 @@ def test_plan_action() -> None:
     assert env.plan_action("go left") is None
 
 
-@pytest.mark.parametrize("action", HOSTILE)
-def test_hostile_actions_never_raise(action: str) -> None:
+def test_plan_action_reads_only_moves_from_hostile_text() -> None:
     env = make_env("maze")
     env.reset(4)
-    assert isinstance(env.step(action).observation, str)
-    env.step(env.expert_action())
-    assert isinstance(env.step(action).observation, str)
-    assert env.plan_action(action) in (None, "move up", "move down", "move left", "move right")
-    while not env.done:
-        env.step(env.expert_action())
-    assert env.step(action).observation == "The episode is over."
-
-
-def test_deepcopy_is_independent() -> None:
-    env = make_env("maze")
-    env.reset(11)
-    twin = copy.deepcopy(env)
-    while not twin.done:
-        twin.step(twin.expert_action())
-    assert twin.success and not env.done and env.steps_taken == 0
-    assert env.expert_plan() and env.position != twin.position
+    for text in HOSTILE + NEAR_MISSES["maze"]:
+        assert env.plan_action(text) in (None, "move up", "move down", "move left", "move right")

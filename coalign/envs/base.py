@@ -80,6 +80,24 @@ class TextEnv(ABC):
         raise NotImplementedError(f"{type(self).__name__} does not read plan steps")
 
 
+class PlannedEnv(TextEnv):
+    """An environment whose expert plans (action, plan step in words) pairs from the current state: the
+    next action and the plan are read off one list, so they never disagree."""
+
+    @abstractmethod
+    def _plan(self) -> list[tuple[str, str]]:
+        """(action, plan step) pairs from the current state to success; empty once the episode is over."""
+
+    def expert_action(self) -> str:
+        plan = self._plan()
+        if not plan:
+            raise RuntimeError("the episode is over: the expert has no next action")
+        return plan[0][0]
+
+    def expert_plan(self) -> list[str]:
+        return [words for _, words in self._plan()]
+
+
 def clean_action(text: str) -> str:
     """Model text as an action: the first non-empty line, cut to MAX_ACTION_CHARS, whitespace squeezed,
     control characters dropped."""

@@ -15,9 +15,9 @@ Plan steps (`expert_plan`) each begin with the exact action, then an optional pu
 from __future__ import annotations
 
 import random
-import re
 
-from coalign.envs.base import TextEnv
+from coalign.envs.base import PlannedEnv
+from coalign.envs.text import match_action, step_text
 
 TASK_TYPES = (
     "pick_and_place",
@@ -70,8 +70,6 @@ ACTIONS = (  # verb, pattern; groups are entity names (and the preposition for p
     ("look", r"look(?! at)"),
     ("inventory", r"inventory"),
 )
-_PREFIX = re.compile(r"^(?:step\s*\d+\s*[:.)-]?|\d+\s*[.):-]|[-*•]|action\s*:)\s*")
-_END = r"(?=$|[\s.,;:!?)])"
 
 
 def kind(name: str) -> str:
@@ -97,7 +95,7 @@ def listing(names: list[str]) -> str:
     return ", ".join(items[:-1]) + ", and " + items[-1]
 
 
-class HouseholdEnv(TextEnv):
+class HouseholdEnv(PlannedEnv):
     """One room, one ALFWorld task per seed; `seed % 6` picks the task type, so types are balanced."""
 
     name = "household"
@@ -271,20 +269,8 @@ class HouseholdEnv(TextEnv):
 
     # --- the expert ---
 
-    def expert_action(self) -> str:
-        plan = self._plan()
-        if not plan:
-            raise RuntimeError("the episode is over: the expert has no next action")
-        return plan[0][0]
-
-    def expert_plan(self) -> list[str]:
-        return [words for _, words in self._plan()]
-
     def plan_action(self, step: str) -> str | None:
-        text = " ".join(str(step).lower().split())
-        while (stripped := _PREFIX.sub("", text, count=1)) != text:
-            text = stripped
-        parsed = self._parse(text, whole=False)
+        parsed = self._parse(step_text(step), whole=False)
         return None if parsed is None else _canonical(*parsed)
 
     def _plan(self) -> list[tuple[str, str]]:
@@ -319,7 +305,7 @@ class HouseholdEnv(TextEnv):
         """(verb, arguments) of an action naming this room's things; `whole`: the text must be only the
         action (acting), else the action may be followed by more words (a plan step)."""
         for verb, pattern in ACTIONS:
-            match = re.fullmatch(pattern, text) if whole else re.match(pattern + _END, text)
+            match = match_action(pattern, text, whole)
             if match and all(self._known(arg) for arg in match.groups() if " " in arg):
                 return verb, match.groups()
         return None

@@ -18,10 +18,10 @@ the fridge 1", "open fridge 1 to look inside", "answer True: there is a mug in t
 from __future__ import annotations
 
 import random
-import re
 from collections import deque
 
-from coalign.envs.base import TextEnv
+from coalign.envs.base import PlannedEnv
+from coalign.envs.text import match_action, step_text
 
 NOTHING = "Nothing happened."
 ROWS = COLS = 4
@@ -32,8 +32,6 @@ SURFACES = ("counter 1", "shelf 1", "table 1")
 OBJECTS = ("apple", "bowl", "bread", "cup", "egg", "knife", "lettuce", "mug", "plate", "potato", "spoon", "tomato")
 MOVES = ("move ahead", "turn left", "turn right")
 
-_PREFIX = re.compile(r"^(?:step\s*\d+\s*[:.)-]?|\d+\s*[.):-]|[-*•]|action\s*:)\s*")
-_END = r"(?=$|[\s.,;:!?)])"
 ACTIONS = (  # verb, pattern
     ("move ahead", r"move (?:ahead|forward)()"),
     ("turn left", r"turn left()"),
@@ -55,7 +53,7 @@ def listing(names: list[str]) -> str:
     return " and ".join(items) if len(items) <= 2 else ", ".join(items[:-1]) + ", and " + items[-1]
 
 
-class IQAEnv(TextEnv):
+class IQAEnv(PlannedEnv):
     """A 4x4 kitchen with four fixtures along the walls, objects in and on them, one question per seed."""
 
     name = "iqa"
@@ -182,20 +180,8 @@ class IQAEnv(TextEnv):
 
     # --- the expert ---
 
-    def expert_action(self) -> str:
-        plan = self._plan()
-        if not plan:
-            raise RuntimeError("the episode is over: the expert has no next action")
-        return plan[0][0]
-
-    def expert_plan(self) -> list[str]:
-        return [words for _, words in self._plan()]
-
     def plan_action(self, step: str) -> str | None:
-        text = " ".join(str(step).lower().split())
-        while (stripped := _PREFIX.sub("", text, count=1)) != text:
-            text = stripped
-        parsed = _parse(text, whole=False)
+        parsed = _parse(step_text(step), whole=False)
         if parsed is None or (parsed[0] == "open" and parsed[1] not in self.fixtures):
             return None
         verb, arg = parsed
@@ -257,7 +243,7 @@ class IQAEnv(TextEnv):
 def _parse(text: str, whole: bool) -> tuple[str, str] | None:
     """(verb, argument) of an action; `whole`: the text is only the action, else it may go on (a plan step)."""
     for verb, pattern in ACTIONS:
-        match = re.fullmatch(pattern, text) if whole else re.match(pattern + _END, text)
+        match = match_action(pattern, text, whole)
         if match:
             return verb, match.group(1)
     return None
