@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from coalign.agents import _NoBar, progress_bar
+from coalign.agents import _NoBar, decoding, progress_bar
 from coalign.envs import TextEnv, make_env
 from coalign.formats_adaplan import first_message, observation_message, parse_turn, plan_due, update_plan
 from coalign.token_turns import encode_segment, segments
@@ -90,17 +90,8 @@ def _generate(model, tokenizer, batch: Sequence[list[int]], max_new_tokens: int,
     pad = tokenizer.pad_token_id
     input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch], device=model.device)
     attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch], device=model.device)
-    sampling = temperature > 0
     out = model.generate(
-        input_ids=input_ids,
-        attention_mask=attention,
-        max_new_tokens=max_new_tokens,
-        do_sample=sampling,
-        temperature=temperature if sampling else None,
-        top_p=top_p if sampling else None,
-        top_k=None,
-        pad_token_id=pad,
-        eos_token_id=tokenizer.eos_token_id,
+        input_ids=input_ids, attention_mask=attention, **decoding(tokenizer, max_new_tokens, temperature, top_p)
     )
     completions = []
     for row in out[:, width:].tolist():

@@ -51,6 +51,20 @@ class _NoBar:
         return None
 
 
+def decoding(tokenizer, max_new_tokens: int, temperature: float, top_p: float) -> dict:
+    """`generate` settings: greedy at temperature 0, else sampling with nucleus `top_p` (no top-k)."""
+    sampling = temperature > 0
+    return dict(
+        max_new_tokens=max_new_tokens,
+        do_sample=sampling,
+        temperature=temperature if sampling else None,
+        top_p=top_p if sampling else None,
+        top_k=None,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
 @torch.inference_mode()
 def generate(
     agent: Agent,
@@ -73,7 +87,6 @@ def generate(
     prompts = [render_prompt(tok, u) for u in users]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out: list[list[str]] = [[] for _ in prompts]
-    sampling = temperature > 0
     with progress_bar() if progress else _NoBar() as bar:
         task = bar.add_task(desc, total=len(prompts))
         for start in range(0, len(order), batch_size):
@@ -82,14 +95,8 @@ def generate(
             enc = {k: v.to(model.device) for k, v in enc.items()}
             gen = model.generate(
                 **enc,
-                max_new_tokens=max_new_tokens,
-                do_sample=sampling,
-                temperature=temperature if sampling else None,
-                top_p=top_p if sampling else None,
-                top_k=None,
+                **decoding(tok, max_new_tokens, temperature, top_p),
                 num_return_sequences=num_return_sequences,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
             )
             texts = tok.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
             for j, i in enumerate(idx):
