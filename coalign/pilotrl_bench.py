@@ -43,17 +43,15 @@ def run_pilotrl_bench(
 ) -> dict:
     """Run every (variant, seed) and write `<name>results.json` and `<name>report.md` under `root`."""
     root = Path(root)
+    pairs = [(variant, seed) for seed in seeds for variant in variants]
     jobs = []
-    for seed in seeds:
-        for variant in variants:
-            run_dir = root / f"seed{seed}" / variant
-            jobs.append(Job(f"{variant} seed {seed}", _run, (variant_config(config, variant, seed), run_dir, force),
-                            run_dir / "log.txt"))  # fmt: skip
-    outputs = run_jobs(jobs, workers, "pilotrl runs")
+    for variant, seed in pairs:
+        run_dir = root / f"seed{seed}" / variant
+        jobs.append(Job(f"{variant} seed {seed}", _run, (variant_config(config, variant, seed), run_dir, force),
+                        run_dir / "log.txt"))  # fmt: skip
     runs: dict = {}
-    for job, metrics in zip(jobs, outputs, strict=True):
-        variant, seed = job.name.split(" seed ")
-        runs.setdefault(variant, {})[seed] = metrics
+    for (variant, seed), metrics in zip(pairs, run_jobs(jobs, workers, "pilotrl runs"), strict=True):
+        runs.setdefault(variant, {})[str(seed)] = metrics
     results = {
         "seeds": seeds,
         "heldin": list(config.pilotrl.heldin),
