@@ -4,21 +4,32 @@ Episodes run side by side, batched per turn over those still running (as the Lum
 model writes a turn, the runtime reads it (`formats_adaplan.parse_turn`), keeps the executed steps of
 the plan verbatim and takes only the remaining ones from the model (Eq. 1), sends the action to the
 environment and appends the observation. Token ids are built by appending turns (`token_turns`), with a
-mask that is 1 on the tokens the model generated: the same record a GRPO rollout trains on. ReAct is the
-same loop with no plan. An episode ends on the environment's done (success, failure, its step limit),
-or when its context would not fit another turn (`max_context`).
+mask that is 1 on the tokens the model generated (and `plan_mask`, 1 on those of its plan blocks): the
+same record a GRPO rollout trains on. A `guide` may write the start of a turn for the model (PilotRL's
+stage 1 gives the expert's plan block; the model writes the thought and action): those tokens are
+context, mask 0. ReAct is the same loop with no plan. An episode ends on the environment's done
+(success, failure, its step limit), or when its context would not fit another turn (`max_context`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from coalign.agents import _NoBar, decoding, progress_bar
 from coalign.envs import TextEnv, make_env
-from coalign.formats_adaplan import first_message, observation_message, parse_turn, plan_due, update_plan
+from coalign.formats_adaplan import (
+    PLAN_CLOSE,
+    PLAN_OPEN,
+    first_message,
+    format_plan,
+    observation_message,
+    parse_turn,
+    plan_due,
+    update_plan,
+)
 from coalign.token_turns import encode_segment, segments
 
 
@@ -33,6 +44,8 @@ class Episode:
     messages: list[dict[str, str]]
     ids: list[int]
     mask: list[int]  # 1 on generated tokens
+    plan_mask: list[int]  # 1 on generated tokens of plan blocks
+    prompt_length: int = 0  # ids[:prompt_length] are the task's first user turn
     plan: list[str] = field(default_factory=list)
     turns: list[dict] = field(default_factory=list)
     generated_tokens: int = 0
@@ -64,7 +77,13 @@ def start_episode(tokenizer, name: str, seed: int, mode: str) -> Episode:
     messages = [{"role": "user", "content": first_message(env.instructions, observation, mode)}]
     (segment,) = segments(tokenizer, messages)
     ids = encode_segment(tokenizer, segment.text, first=True)
-    return Episode(name, seed, env, mode, messages, ids, [0] * len(ids))
+    return Episode(name, seed, env, mode, messages, ids, [0] * len(ids), [0] * len(ids), len(ids))
+
+
+def _append_context(episode: Episode, piece: list[int]) -> None:
+    episode.ids += piece
+    episode.mask += [0] * len(piece)
+    episode.plan_mask += [0] * len(piece)
 
 
 def _append_observation(tokenizer, episode: Episode, finished: bool, text: str) -> None:
@@ -78,9 +97,35 @@ def _append_observation(tokenizer, episode: Episode, finished: bool, text: str) 
     eos = tokenizer.eos_token
     if finished and tail.startswith(eos):
         tail = tail[len(eos) :]
-    piece = encode_segment(tokenizer, tail + user_turn.text, first=False)
-    episode.ids += piece
-    episode.mask += [0] * len(piece)
+    _append_context(episode, encode_segment(tokenizer, tail + user_turn.text, first=False))
+
+
+def plan_tokens(tokenizer, completion: Sequence[int]) -> int:
+    """How many leading tokens of a generated turn belong to its plan block: through the token that
+    completes the closing tag; all of them when the block is never closed; none without a block."""
+    text = tokenizer.decode(completion, skip_special_tokens=True)
+    if PLAN_OPEN not in text:
+        return 0
+    if PLAN_CLOSE not in text:
+        return len(completion)
+    lo, hi = 1, len(completion)  # a prefix's text holds the tag from some length on: the first such length
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if PLAN_CLOSE in tokenizer.decode(completion[:mid], skip_special_tokens=True):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def expert_guide(tokenizer, episode: Episode, every: int) -> str:
+    """PilotRL stage 1's guide: on turns where a plan is due, the expert's remaining plan from the state
+    reached, as the plan block the model's turn starts with; nothing on other turns."""
+    env = episode.env
+    t = env.steps_taken
+    if not plan_due(episode.mode, t, every):
+        return ""
+    return format_plan(env.expert_plan(), first=t + 1) + "\n"
 
 
 @torch.inference_mode()
@@ -101,12 +146,17 @@ def _generate(model, tokenizer, batch: Sequence[list[int]], max_new_tokens: int,
     return completions
 
 
-def take_turn(tokenizer, episode: Episode, completion: list[int], every: int, max_context: int, room: int) -> None:
-    """Apply one generated turn: read it, update the plan (Eq. 1), act, and append the observation."""
+def take_turn(
+    tokenizer, episode: Episode, completion: list[int], every: int, max_context: int, room: int, given: str = ""
+) -> None:
+    """Apply one generated turn (after the text `given` for it, already in the ids): read it, update the
+    plan (Eq. 1), act, and append the observation."""
     env = episode.env
-    text = tokenizer.decode(completion, skip_special_tokens=True).strip()
+    text = (given + tokenizer.decode(completion, skip_special_tokens=True)).strip()
+    planned = plan_tokens(tokenizer, completion)
     episode.ids += completion
     episode.mask += [1] * len(completion)
+    episode.plan_mask += [1] * planned + [0] * (len(completion) - planned)
     episode.generated_tokens += len(completion)
     episode.messages.append({"role": "assistant", "content": text})
     t = env.steps_taken
@@ -149,9 +199,11 @@ def run_episodes(
     top_p: float = 1.0,
     desc: str = "episodes",
     progress: bool = True,
+    guide: Callable[[object, Episode, int], str] | None = None,
 ) -> list[Episode]:
     """Run the model as an AdaPlan (mode "adaplan", plan updated every `every` steps) or ReAct agent on
-    each (environment, seed) task; episodes are batched per turn, longest contexts apart from shortest."""
+    each (environment, seed) task; episodes are batched per turn, longest contexts apart from shortest.
+    `guide(tokenizer, episode, every)` (e.g. `expert_guide`) writes the start of each turn when given."""
     episodes = [start_episode(tokenizer, name, seed, mode) for name, seed in tasks]
     for episode in episodes:
         if len(episode.ids) + max_new_tokens > max_context:
@@ -162,9 +214,20 @@ def run_episodes(
         while running := sorted((e for e in episodes if e.running), key=lambda e: len(e.ids)):
             for start in range(0, len(running), batch_size):
                 batch = running[start : start + batch_size]
+                given = [guide(tokenizer, e, every) if guide else "" for e in batch]
+                for episode, text in zip(batch, given, strict=True):
+                    if text:
+                        _append_context(episode, encode_segment(tokenizer, text, first=False))
+                    if len(episode.ids) + max_new_tokens > max_context:  # a long guide leaves no room
+                        episode.stop = "context"
+                        bar.advance(task)
+                keep = [i for i, e in enumerate(batch) if e.running]
+                batch, given = [batch[i] for i in keep], [given[i] for i in keep]
+                if not batch:
+                    continue
                 completions = _generate(model, tokenizer, [e.ids for e in batch], max_new_tokens, temperature, top_p)
-                for episode, completion in zip(batch, completions, strict=True):
-                    take_turn(tokenizer, episode, completion, every, max_context, max_new_tokens)
+                for episode, completion, text in zip(batch, completions, given, strict=True):
+                    take_turn(tokenizer, episode, completion, every, max_context, max_new_tokens, text)
                     if not episode.running:
                         bar.advance(task)
     return episodes

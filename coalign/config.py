@@ -194,6 +194,50 @@ class MoatSettings(Settings):
         return self
 
 
+class GRPOSettings(Settings):
+    """PilotRL's GRPO stages (`grpo_stages.STAGES`), run in `order` from the SFT checkpoint. Defaults are
+    the paper's (lr 1e-6, 16 rollouts per task, no KL, clip 0.2; epochs are each stage's own, 1 / 2 / 1)."""
+
+    order: list[str] = Field(["executor", "planner", "joint"], min_length=1, description="stages, in turn")
+    tasks: int = Field(64, ge=1, description="training tasks per held-in environment (seeds after the SFT's)")
+    num_generations: int = Field(16, ge=2, description="rollouts per task (GRPO's group)")
+    batch_size: int = Field(16, ge=1, description="episodes per device per step; a multiple of num_generations")
+    grad_accum: int = Field(16, ge=1)
+    learning_rate: float = Field(1e-6, gt=0)
+    epochs: dict[str, float] = Field({}, description="per stage, over the stage's own (grpo_stages.STAGES)")
+    beta: float = Field(0.0, ge=0, description="KL coefficient (the paper: none)")
+    epsilon: float = Field(0.2, gt=0, description="PPO clip")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    update_every: int = Field(1, ge=1, description="plan-update interval of the rollouts")
+    weights: dict[str, float] = Field(
+        {"format": 1.0, "adherence": 1.0, "end_to_end": 1.0, "plan_quality": 1.0},
+        description="weight of each normalized reward component; a stage sums those it uses",
+    )
+    slack: int = Field(2, ge=0, description="end-to-end 2 = success within the optimal steps + slack")
+    mask_truncated_completions: bool = False
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "constant"
+    bf16: bool = False
+    logging_steps: int = Field(1, ge=1)
+    save_steps: int = Field(10, ge=1, description="a checkpoint every this many steps: a killed stage resumes there")
+
+    @model_validator(mode="after")
+    def _check(self) -> "GRPOSettings":
+        from coalign.grpo_stages import STAGES
+
+        unknown = [name for name in [*self.order, *self.epochs] if name not in STAGES]
+        if unknown:
+            raise ValueError(f"unknown GRPO stage {unknown[0]!r}; the stages are {', '.join(STAGES)}")
+        if any(epochs <= 0 for epochs in self.epochs.values()):
+            raise ValueError(f"epochs must be > 0: {self.epochs}")
+        if self.batch_size % self.num_generations:
+            raise ValueError(
+                f"batch_size {self.batch_size} is not a multiple of num_generations {self.num_generations}"
+            )
+        return self
+
+
 class PilotRLSettings(Settings):
     """PilotRL / AdaPlan: one model plans and acts in the bundled text environments.
 
@@ -215,13 +259,22 @@ class PilotRLSettings(Settings):
     max_context: int = Field(2048, ge=64, description="an episode whose context would pass this stops")
     batch_size: int = Field(32, ge=1)
     sft: SFTSettings = SFTSettings()
+    rl: GRPOSettings | None = Field(None, description="GRPO stages after the SFT; none: the SFT cold start only")
 
     @model_validator(mode="after")
     def _intervals(self) -> "PilotRLSettings":
         if min(self.train_update_every + self.eval_update_every) < 1:
             raise ValueError("plan-update intervals must be >= 1")
-        if self.train_tasks > self.eval_seed:
-            raise ValueError(f"training seeds 0..{self.train_tasks - 1} would overlap evaluation seeds from {self.eval_seed}")
+        if self.rl:
+            from coalign.grpo_stages import STAGES
+
+            other = [name for name in self.rl.order if STAGES[name].mode != self.mode]
+            if other:
+                mode = STAGES[other[0]].mode
+                raise ValueError(f"GRPO stage {other[0]!r} runs {mode} episodes, not pilotrl.mode {self.mode}")
+        used = self.train_tasks + (self.rl.tasks if self.rl else 0)
+        if used > self.eval_seed:
+            raise ValueError(f"training seeds 0..{used - 1} would overlap evaluation seeds from {self.eval_seed}")
         return self
 
 

@@ -7,16 +7,13 @@ import random
 import re
 
 import pytest
-import torch
 
 from coalign import envs
 from coalign.adaplan import run_episodes
 from coalign.expert import candidate_plans, expert_conversation, follow_plan, plan_quality, select_plan
 from coalign.formats import FormatError, lumos_chat
 from coalign.formats_adaplan import (
-    format_plan,
     format_turn,
-    observation_message,
     parse_turn,
     plan_due,
     update_plan,
@@ -24,7 +21,7 @@ from coalign.formats_adaplan import (
 from coalign.formats_iterative import chat_prompt
 from coalign.models import train_tokenizer
 from coalign.token_turns import encode, segments
-from tests.toy_env import ToyEnv
+from tests.toy_env import ScriptedModel, ToyEnv, expert_conversation_unregistered
 
 
 @pytest.fixture(autouse=True)
@@ -36,14 +33,6 @@ def toy_registered(monkeypatch):
 def tokenizer():
     texts = [lumos_chat(expert_conversation_unregistered(seed)) for seed in range(6)]
     return train_tokenizer(texts * 4, 400)
-
-
-def expert_conversation_unregistered(seed: int):
-    envs.REGISTRY["toy"] = "tests.toy_env:ToyEnv"
-    try:
-        return expert_conversation("toy", seed, "adaplan")
-    finally:
-        del envs.REGISTRY["toy"]
 
 
 # ------------------------------------------------------------------ format
@@ -145,36 +134,6 @@ def test_plan_quality_scores_and_selection():
 
 
 # ------------------------------------------------------------------ runtime
-
-
-class ScriptedModel:
-    """Writes the expert's turn for the toy task from what the prompt shows, or fixed `text`."""
-
-    device = torch.device("cpu")
-
-    def __init__(self, tokenizer, text: str | None = None, bogus_plan: bool = False):
-        self.tokenizer, self.text, self.bogus_plan = tokenizer, text, bogus_plan
-
-    def turn(self, prompt: str) -> str:
-        if self.text is not None:
-            return self.text
-        target = int(re.search(r"door at position (\d+)", prompt)[1])
-        position = int(re.findall(r"You are at position (\d+)", prompt)[-1])
-        steps = [f"step forward to reach position {p}" for p in range(position + 1, target + 1)] + ["open door"]
-        turn = prompt.count("Observation:")
-        plan = [f"rewritten at turn {turn}"] * 5 if self.bogus_plan else steps
-        due = "Rewrite" in prompt.rsplit("<|user|>", 1)[-1] or "<|assistant|>" not in prompt.rstrip()[:-15]
-        action = "step forward" if position < target else "open door"
-        return format_turn(steps[0], action, plan if due else None, first=turn + 1)
-
-    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
-        rows = []
-        for ids, keep in zip(input_ids.tolist(), attention_mask.tolist()):
-            prompt = self.tokenizer.decode([i for i, k in zip(ids, keep) if k])
-            new = self.tokenizer(self.turn(prompt) + "</s>", add_special_tokens=False)["input_ids"][:max_new_tokens]
-            rows.append(ids + new)
-        width = max(map(len, rows))
-        return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows])
 
 
 def test_the_runtime_runs_a_scripted_expert_to_success(tokenizer):

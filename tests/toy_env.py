@@ -1,12 +1,20 @@
 """A toy environment for tests of the AdaPlan runtime and the expert: walk to a numbered door and open it.
 
 The agent starts at position 0 and must reach `target` with `step forward` and then `open door`; any other
-text is answered "Nothing happened.". Small enough that a tiny model learns it in seconds.
+text is answered "Nothing happened.". Small enough that a tiny model learns it in seconds. A scripted
+model that writes the expert's turns (or fixed text) drives the runtime without training anything.
 """
 
 from __future__ import annotations
 
+import re
+
+import torch
+
+from coalign import envs
 from coalign.envs.base import TextEnv
+from coalign.expert import expert_conversation
+from coalign.formats_adaplan import format_turn
 
 
 class ToyEnv(TextEnv):
@@ -43,3 +51,42 @@ class ToyEnv(TextEnv):
             if step.strip().lower().startswith(action):
                 return action
         return None
+
+
+def expert_conversation_unregistered(seed: int):
+    envs.REGISTRY["toy"] = "tests.toy_env:ToyEnv"
+    try:
+        return expert_conversation("toy", seed, "adaplan")
+    finally:
+        del envs.REGISTRY["toy"]
+
+
+class ScriptedModel:
+    """Writes the expert's turn for the toy task from what the prompt shows (without its plan block when not
+    `plans`), or fixed `text`."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, tokenizer, text: str | None = None, bogus_plan: bool = False, plans: bool = True):
+        self.tokenizer, self.text, self.bogus_plan, self.plans = tokenizer, text, bogus_plan, plans
+
+    def turn(self, prompt: str) -> str:
+        if self.text is not None:
+            return self.text
+        target = int(re.search(r"door at position (\d+)", prompt)[1])
+        position = int(re.findall(r"You are at position (\d+)", prompt)[-1])
+        steps = [f"step forward to reach position {p}" for p in range(position + 1, target + 1)] + ["open door"]
+        turn = prompt.count("Observation:")
+        plan = [f"rewritten at turn {turn}"] * 5 if self.bogus_plan else steps
+        due = "Rewrite" in prompt.rsplit("<|user|>", 1)[-1] or "<|assistant|>" not in prompt.rstrip()[:-15]
+        action = "step forward" if position < target else "open door"
+        return format_turn(steps[0], action, plan if due and self.plans else None, first=turn + 1)
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
+        rows = []
+        for ids, keep in zip(input_ids.tolist(), attention_mask.tolist()):
+            prompt = self.tokenizer.decode([i for i, k in zip(ids, keep) if k])
+            new = self.tokenizer(self.turn(prompt) + "</s>", add_special_tokens=False)["input_ids"][:max_new_tokens]
+            rows.append(ids + new)
+        width = max(map(len, rows))
+        return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows])

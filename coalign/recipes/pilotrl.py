@@ -1,9 +1,10 @@
-"""PilotRL's cold start: one model, SFT on expert episodes in AdaPlan (or ReAct) format, then evaluation.
+"""PilotRL: one model, SFT on expert episodes in AdaPlan (or ReAct) format, GRPO stages, then evaluation.
 
 Read top to bottom: the expert's episodes on the held-in environments (plans chosen by
 generate-then-select, `expert.py`), a tiny model when asked for one, SFT with observations masked from
-the loss, and the AdaPlan runtime (`adaplan.py`) on every held-in and held-out environment at each
-plan-update interval. The three progressive GRPO stages continue from the checkpoint this leaves.
+the loss (the cold start), the GRPO stages of `pilotrl.rl.order` in turn (`grpo_stages.py`: 1 executor,
+2 planner, 3 joint, each continuing from the one before), and the AdaPlan runtime (`adaplan.py`) on
+every held-in and held-out environment at each plan-update interval.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from coalign.envs import env_class
 from coalign.errors import RunError
 from coalign.expert import expert_conversation
 from coalign.formats import lumos_chat
+from coalign.grpo_stages import STAGES
 from coalign.models import load_tokenizer, make_tiny_model
 from coalign.recipes.shared import prepare_run
+from coalign.rollout import RolloutSpec, prompt_rows
 from coalign.runs import Run, atomic_dir, read_json, write_json, write_jsonl
+from coalign.stages.grpo import grpo_stage
 from coalign.stages.sft import sft_conversations
 from coalign.tasks.jsonl import read_jsonl
 
@@ -137,7 +141,34 @@ def run_pilotrl(config: RunConfig, run_dir: str | Path, console: Console, force:
             f"[yellow]warning[/yellow]: the longest expert turn has {longest} tokens, more than "
             f"pilotrl.max_new_tokens {settings.max_new_tokens}: such turns are cut off at evaluation"
         )
-    return evaluate_all(run, config, str(out), console)
+    model = grpo_stages(run, config, str(out), console) if settings.rl else str(out)
+    return evaluate_all(run, config, model, console)
+
+
+def grpo_stages(run: Run, config: RunConfig, init: str, console: Console) -> str:
+    """The GRPO stages of `pilotrl.rl.order`, each from the checkpoint of the one before, on the held-in
+    environments' seeds after the SFT's; the last checkpoint's path."""
+    settings, rl, trust = config.pilotrl, config.pilotrl.rl, config.models.trust_remote_code
+    seeds = range(settings.train_tasks, settings.train_tasks + rl.tasks)
+    rows = prompt_rows([(name, seed) for name in settings.heldin for seed in seeds], settings.mode)
+    for i, name in enumerate(rl.order, 1):
+        stage, out = STAGES[name], run.path("checkpoints", f"grpo{i}-{name}")
+        spec = RolloutSpec(
+            stage.mode, rl.update_every, stage.guided, stage.train,
+            settings.max_new_tokens, settings.max_context, settings.batch_size,
+        )  # fmt: skip
+
+        def train(init: str = init, out: Path = out, stage=stage, spec: RolloutSpec = spec) -> dict:
+            console.print(f"[bold]grpo stage {stage.label} ({stage.name})[/bold]: {len(rows)} tasks x "
+                          f"{rl.num_generations} rollouts, rewards {' + '.join(stage.rewards)}, trains "
+                          f"{stage.train} tokens, from {init}")  # fmt: skip
+            grpo_stage(init, out, rows, stage, rl, spec, seed=config.seed, trust_remote_code=trust)
+            log = read_json(out / "train_log.json")
+            return {"tasks": len(rows), "steps": log["steps"], "grpo_stage": stage.name}
+
+        run.stage(f"grpo{i}_{name}", train, [out], inputs=[init])
+        init = str(out)
+    return init
 
 
 def longest_turn(tokenizer, conversations: list[list[dict]]) -> int:

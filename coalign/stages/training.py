@@ -38,15 +38,16 @@ def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> d
     )
 
 
-def train_and_save(make_trainer, tokenizer, out: Path, **log) -> Path:
-    """Build the trainer quietly, train, save model and tokenizer (padded left again) and train_log.json
-    into a temporary folder that then replaces `out`, so `out` never holds half a checkpoint. The folder
-    is the same bytes wherever it is saved: the Trainer's pickled arguments are left out."""
+def train_and_save(make_trainer, tokenizer, out: Path, resume: str | None = None, **log) -> Path:
+    """Build the trainer quietly, train (from the checkpoint `resume` when given), save model and tokenizer
+    (padded left again) and train_log.json into a temporary folder that then replaces `out`, so `out`
+    never holds half a checkpoint. The folder is the same bytes wherever it is saved: the Trainer's
+    pickled arguments are left out. A GRPO run's log rows (rewards per step) are kept whole."""
     previous = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
         trainer = make_trainer()
-        result = trainer.train()
+        result = trainer.train(resume_from_checkpoint=resume)
     finally:
         hf_logging.set_verbosity(previous)
     tokenizer.padding_side = "left"
@@ -54,6 +55,8 @@ def train_and_save(make_trainer, tokenizer, out: Path, **log) -> Path:
     record = {"train_loss": result.training_loss, "losses": [row["loss"] for row in rows], "steps": result.global_step}
     if any("rewards/accuracies" in row for row in rows):
         record["reward_accuracies"] = [row["rewards/accuracies"] for row in rows if "rewards/accuracies" in row]
+    if any("reward" in row for row in rows):
+        record["history"] = [row for row in rows if "reward" in row]
     with atomic_dir(out) as tmp:
         trainer.save_model(str(tmp))
         # the Trainer's pickled arguments hold the folder's path: nothing loads them, and once a run folder

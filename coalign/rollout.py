@@ -1,0 +1,114 @@
+"""PilotRL's GRPO rollouts: the AdaPlan runtime behind TRL's `rollout_func` contract.
+
+TRL's `GRPOTrainer` hands `rollout_func(prompts, trainer)` this process's prompts, each already repeated
+once per generation of its group, and trains on what comes back: per row the prompt's ids, the
+completion's ids (here the whole episode after the task: the model's turns and, between them, the
+observations), the sampling log-probs (None: the policy's own are recomputed by the trainer) and any
+extra field, passed on to the reward functions (here `episode`, the episode's record). `env_mask` is 1
+on the tokens a stage trains and 0 elsewhere: observations and given text always, and by stage the
+plan or the action tokens too (`TRAINS`).
+
+The ids are the runtime's own, built by appending turns, so the trainer scores exactly the tokens that
+were sampled. An episode's budget is the runtime's `max_context` (the trainer cuts nothing it gets
+from a rollout function). An episode that stops after an observation (out of context) ends with the
+model's last turn instead: the observation after it has nothing to train, and a completion ending on
+it would look truncated to `mask_truncated_completions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from coalign.adaplan import Episode, expert_guide, run_episodes
+from coalign.envs import make_env
+from coalign.formats_adaplan import first_message
+
+TRAINS = ("all", "plan", "action")  # which generated tokens a stage trains
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """How a stage's episodes run: the format, the plan-update interval, whether the expert writes the
+    plan blocks (stage 1), which generated tokens train, and the runtime's budgets."""
+
+    mode: str = "adaplan"
+    every: int = 1
+    guided: bool = False
+    train: str = "all"
+    max_new_tokens: int = 160
+    max_context: int = 2048
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        if self.train not in TRAINS:
+            raise ValueError(f"train must be one of {', '.join(TRAINS)}, got {self.train!r}")
+        if self.guided and self.mode != "adaplan":
+            raise ValueError("only an AdaPlan episode can be guided by the expert's plan")
+
+
+def prompt_rows(tasks: Sequence[tuple[str, int]], mode: str) -> list[dict]:
+    """GRPO's dataset: per task the first user turn as a conversational prompt, with its environment and
+    seed. Tasks are known to the rollout by their prompt text alone (the trainer passes nothing else), so
+    a task whose prompt repeats an earlier one's is left out."""
+    rows, seen = [], set()
+    for name, seed in tasks:
+        env = make_env(name)
+        text = first_message(env.instructions, env.reset(seed), mode)
+        if text in seen:
+            continue
+        seen.add(text)
+        rows.append({"prompt": [{"role": "user", "content": text}], "env": name, "seed": seed})
+    return rows
+
+
+def trained_mask(episode: Episode, train: str) -> list[int]:
+    """1 on the tokens a stage trains: all generated ones, or only those of plan blocks, or only the rest."""
+    if train == "all":
+        return list(episode.mask)
+    if train == "plan":
+        return list(episode.plan_mask)
+    return [m - p for m, p in zip(episode.mask, episode.plan_mask, strict=True)]
+
+
+def rollout_rows(episodes: Sequence[Episode], train: str, eos_id: int) -> dict:
+    """TRL's rollout output for finished episodes: prompt, the rest as the completion, the trained mask.
+    An episode that generated nothing (its prompt left no room) gets one untrained end-of-sequence token,
+    as the trainer reads every completion's last token."""
+    prompt_ids, completion_ids, env_mask = [], [], []
+    for episode in episodes:
+        n, end = episode.prompt_length, len(episode.mask)
+        while end > n and not episode.mask[end - 1]:  # a trailing observation or given text
+            end -= 1
+        prompt_ids.append(episode.ids[:n])
+        completion_ids.append(episode.ids[n:end] if end > n else [eos_id])
+        env_mask.append(trained_mask(episode, train)[n:end] if end > n else [0])
+    return {
+        "prompt_ids": prompt_ids,
+        "completion_ids": completion_ids,
+        "logprobs": None,
+        "env_mask": env_mask,
+        "episode": [e.to_json() for e in episodes],
+    }
+
+
+def make_rollout_func(rows: Sequence[dict], spec: RolloutSpec) -> Callable[[list, object], dict]:
+    """A `rollout_func` for `GRPOTrainer` over the tasks of `prompt_rows`: each prompt's episode is run by
+    the trainer's current policy, sampled at the trainer's temperature and top-p."""
+    tasks = {row["prompt"][-1]["content"]: (row["env"], row["seed"]) for row in rows}
+
+    def rollout(prompts: list, trainer) -> dict:
+        try:
+            chosen = [tasks[prompt[-1]["content"]] for prompt in prompts]
+        except KeyError:
+            raise ValueError("rollout_func got a prompt that is not one of its tasks' prompts") from None
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        tokenizer = trainer.processing_class
+        episodes = run_episodes(
+            model, tokenizer, chosen, spec.mode, spec.every, spec.max_new_tokens, spec.max_context,
+            spec.batch_size, temperature=trainer.args.temperature, top_p=trainer.args.top_p,
+            progress=False, guide=expert_guide if spec.guided else None,
+        )  # fmt: skip
+        return rollout_rows(episodes, spec.train, tokenizer.eos_token_id)
+
+    return rollout

@@ -1,0 +1,87 @@
+"""One PilotRL GRPO stage with TRL's GRPOTrainer: episodes from the AdaPlan runtime (`rollout`), the stage's
+reward components (`rewards`), its trained tokens (`grpo_stages`).
+
+A stage saves a trainer checkpoint every `save_steps` steps under `<out>/trainer/`; run again after a
+kill, it resumes from the last one (weights, optimizer, scheduler, RNG states and the data order), and
+the finished model replaces `<out>` in one move.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from datasets import Dataset
+from transformers.trainer_utils import get_last_checkpoint
+from trl import GRPOConfig, GRPOTrainer
+
+from coalign.config import GRPOSettings
+from coalign.grpo_stages import Stage
+from coalign.models import load_model, load_tokenizer
+from coalign.rewards import reward_functions
+from coalign.rollout import RolloutSpec, make_rollout_func
+from coalign.stages.training import train_and_save
+
+
+def grpo_config(settings: GRPOSettings, stage: Stage, out: Path, seed: int, reward_weights: list[float]) -> GRPOConfig:
+    """TRL's arguments for one stage from our settings."""
+    return GRPOConfig(
+        reward_weights=reward_weights,
+        output_dir=str(out / "trainer"),
+        num_train_epochs=settings.epochs.get(stage.name, stage.epochs),
+        learning_rate=settings.learning_rate,
+        per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum,
+        num_generations=settings.num_generations,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        beta=settings.beta,
+        epsilon=settings.epsilon,
+        mask_truncated_completions=settings.mask_truncated_completions,
+        warmup_steps=settings.warmup_ratio,  # a float below 1 is a ratio in transformers 5
+        lr_scheduler_type=settings.lr_scheduler,
+        logging_steps=settings.logging_steps,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        report_to=[],
+        seed=seed,
+        data_seed=seed,
+        bf16=settings.bf16,
+        dataloader_num_workers=0,
+        log_completions=False,
+    )
+
+
+def grpo_stage(
+    init: str | Path,
+    out: str | Path,
+    rows: list[dict],
+    stage: Stage,
+    settings: GRPOSettings,
+    spec: RolloutSpec,
+    seed: int = 0,
+    trust_remote_code: bool = False,
+    judge=None,
+) -> Path:
+    """Train the model at `init` by GRPO on the tasks of `rows` (`rollout.prompt_rows`); save it to `out`."""
+    out = Path(out)
+    if not rows:
+        raise ValueError(f"no training tasks for {out}: the dataset is empty")
+    tokenizer = load_tokenizer(init, trust_remote_code)
+    model = load_model(init, trust_remote_code, dtype="float32")
+    weights = {name: settings.weights.get(name, 0.0) for name in stage.rewards}
+    funcs, reward_weights = reward_functions(weights, slack=settings.slack, judge=judge)
+    config = grpo_config(settings, stage, out, seed, reward_weights)
+
+    def trainer() -> GRPOTrainer:
+        return GRPOTrainer(
+            model=model,
+            reward_funcs=funcs,
+            args=config,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            rollout_func=make_rollout_func(rows, spec),
+        )
+
+    checkpoints = out / "trainer"
+    resume = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    return train_and_save(trainer, tokenizer, out, resume=resume, stage=stage.name)

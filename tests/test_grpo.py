@@ -1,0 +1,165 @@
+"""PilotRL's GRPO stages with TRL's GRPOTrainer on the toy environment: the trainer's loss mask is the
+rollout's (observations and given plans get zero gradient), a killed stage resumes from its checkpoint,
+and the recipe runs its stages in order and resumes between them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from datasets import Dataset
+from rich.console import Console
+from trl import GRPOTrainer
+
+from coalign import envs
+from coalign.config import GRPOSettings, RunConfig, TinySpec
+from coalign.expert import expert_conversation
+from coalign.formats import lumos_chat
+from coalign.grpo_stages import STAGES, order_label
+from coalign.models import load_model, load_tokenizer, make_tiny_model
+from coalign.recipes.pilotrl import run_pilotrl
+from coalign.rollout import RolloutSpec, make_rollout_func, prompt_rows
+from coalign.runs import read_json
+from coalign.stages import grpo as grpo_module
+from coalign.stages.grpo import grpo_config, grpo_stage
+
+TINY = {"vocab_size": 300, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2,
+        "intermediate_size": 64, "max_positions": 1024}  # fmt: skip
+RL = {"tasks": 2, "num_generations": 2, "batch_size": 4, "grad_accum": 1, "learning_rate": 1e-3, "save_steps": 1,
+      "epochs": {"executor": 1, "planner": 1, "joint": 1, "all": 1, "vanilla": 1}}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def toy_registered(monkeypatch):
+    monkeypatch.setitem(envs.REGISTRY, "toy", "tests.toy_env:ToyEnv")
+
+
+@pytest.fixture(scope="module")
+def init(tmp_path_factory):
+    path = tmp_path_factory.mktemp("grpo") / "init"
+    envs.REGISTRY["toy"] = "tests.toy_env:ToyEnv"
+    try:
+        texts = [lumos_chat(expert_conversation("toy", s, "adaplan")) for s in range(6)]
+    finally:
+        del envs.REGISTRY["toy"]
+    make_tiny_model(texts, path, TinySpec(**TINY), seed=0)
+    return path
+
+
+def _spec(stage):
+    return RolloutSpec(stage.mode, 1, stage.guided, stage.train, max_new_tokens=12, max_context=400, batch_size=8)
+
+
+def test_the_trainers_loss_mask_is_the_rollouts_and_masked_tokens_get_no_gradient(init, tmp_path):
+    """Stage 1 (executor): the expert's plan blocks and the observations are context; the gradient of the
+    loss with respect to the hidden states that predict them is exactly zero, and nonzero on the model's
+    tokens. (TRL's fused head makes no logits; the final norm's output at a position feeds only the
+    prediction of the next token.)"""
+    stage = STAGES["executor"]
+    rows = prompt_rows([("toy", 0), ("toy", 1)], "adaplan")
+    tokenizer = load_tokenizer(init)
+    model = load_model(init, dtype="float32")
+    settings = GRPOSettings(**RL)
+    rollout = make_rollout_func(rows, _spec(stage))
+    seen = {}
+
+    def recording(prompts, trainer):
+        seen.update(rollout(prompts, trainer))
+        return seen
+
+    def varied(episode, **_):  # rewards that differ within a group, so every advantage is nonzero
+        return [float(i % 2) for i in range(len(episode))]
+
+    trainer = GRPOTrainer(model=model, reward_funcs=[varied], args=grpo_config(settings, stage, tmp_path, 0, [1.0]),
+                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                          rollout_func=recording)  # fmt: skip
+    inputs = [rows[0], rows[0], rows[1], rows[1]]
+    batch = trainer._generate_and_score_completions([dict(r) for r in inputs])
+    width = batch["completion_ids"].shape[1]
+    ours = torch.tensor([m + [0] * (width - len(m)) for m in seen["env_mask"]])
+    assert torch.equal(batch["tool_mask"] * batch["completion_mask"], ours)
+    assert 0 < ours.sum() < batch["completion_mask"].sum()  # some completion tokens are context
+
+    hidden = {}
+
+    def keep(module, args, out):
+        out.retain_grad()
+        hidden["x"] = out
+
+    hook = model.model.norm.register_forward_hook(keep)
+    try:
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which this test skips
+        loss = trainer.compute_loss(trainer.model, batch)
+        loss.backward()
+    finally:
+        hook.remove()
+    grad = hidden["x"].grad.abs().sum(-1)[:, -width - 1 : -1]  # column k predicts completion token k
+    assert torch.all(grad[ours == 0] == 0)
+    assert torch.all(grad[ours == 1] > 0)
+
+
+def _weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_a_killed_stage_resumes_from_its_last_checkpoint(init, tmp_path, monkeypatch):
+    stage = STAGES["joint"]
+    rows = prompt_rows([("toy", s) for s in range(4)], "adaplan")
+    settings = GRPOSettings(**{**RL, "epochs": {"joint": 2}})
+    whole = grpo_stage(init, tmp_path / "whole", rows, stage, settings, _spec(stage), seed=0)
+    steps = read_json(whole / "train_log.json")["steps"]
+    assert steps >= 2
+
+    class Killed(GRPOTrainer):
+        def training_step(self, *args, **kwargs):
+            if self.state.global_step == 1:
+                raise KeyboardInterrupt("killed")
+            return super().training_step(*args, **kwargs)
+
+    monkeypatch.setattr(grpo_module, "GRPOTrainer", Killed)
+    with pytest.raises(KeyboardInterrupt):
+        grpo_stage(init, tmp_path / "resumed", rows, stage, settings, _spec(stage), seed=0)
+    assert (tmp_path / "resumed" / "trainer" / "checkpoint-1").is_dir()
+    monkeypatch.setattr(grpo_module, "GRPOTrainer", GRPOTrainer)
+    resumed = grpo_stage(init, tmp_path / "resumed", rows, stage, settings, _spec(stage), seed=0)
+    log = read_json(resumed / "train_log.json")
+    assert log["steps"] == steps and [row["step"] for row in log["history"]] == list(range(1, steps + 1))
+    a, b = _weights(whole), _weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the same run as the uninterrupted one
+
+
+def _config(order, mode="adaplan"):
+    settings = {"heldin": ["toy"], "heldout": ["toy"], "train_tasks": 6, "eval_tasks": 2, "eval_seed": 100,
+                "mode": mode, "max_new_tokens": 12, "max_context": 400, "eval_update_every": [1],
+                "sft": {"learning_rate": 3e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
+                "rl": {**RL, "order": order}}  # fmt: skip
+    return RunConfig.model_validate({"name": "t", "recipe": "pilotrl", "threads": 1, "models": {"tiny": TINY},
+                                     "pilotrl": settings})  # fmt: skip
+
+
+def test_the_recipe_runs_its_stages_in_order_and_resumes_between_them(tmp_path):
+    cfg = _config(["executor", "planner", "joint"])
+    results = run_pilotrl(cfg, tmp_path, Console(quiet=True))
+    assert results["k1"]["envs"]["toy"]["tasks"] == 2
+    for i, name in enumerate(["executor", "planner", "joint"], 1):
+        assert read_json(tmp_path / "stages" / f"grpo{i}_{name}.json")["grpo_stage"] == name
+        assert (tmp_path / "checkpoints" / f"grpo{i}-{name}" / "model.safetensors").is_file()
+    assert "grpo3-joint" in str(read_json(tmp_path / "stages" / "eval_k1.json")["inputs"])
+    (tmp_path / "stages" / "grpo3_joint.json").unlink()  # as if killed during stage 3
+    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "stages").glob("grpo[12]_*.json")}
+    run_pilotrl(cfg, tmp_path, Console(quiet=True))
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "stages").glob("grpo[12]_*.json")} == stamps
+    assert (tmp_path / "stages" / "grpo3_joint.json").is_file()
+
+
+def test_stage_orders_must_name_known_stages_and_match_the_format():
+    with pytest.raises(ValueError, match="unknown GRPO stage 'four'"):
+        _config(["executor", "four"])
+    with pytest.raises(ValueError, match="runs react episodes"):
+        _config(["vanilla"])
+    assert _config(["vanilla"], mode="react").pilotrl.rl.order == ["vanilla"]
+    with pytest.raises(ValueError, match="multiple of num_generations"):
+        GRPOSettings(num_generations=3, batch_size=4)
+    assert order_label(["executor", "planner", "joint"]) == "1->2->3"

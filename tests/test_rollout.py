@@ -1,0 +1,130 @@
+"""GRPO rollouts: plan-token marking, the expert-guided stage-1 turns, TRL's rollout output (one row per
+prompt, completions ending on the model's turn, the trained-token mask by stage) and the rollout function."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from coalign import envs
+from coalign.adaplan import expert_guide, plan_tokens, run_episodes
+from coalign.formats import lumos_chat
+from coalign.formats_adaplan import PLAN_CLOSE, format_turn
+from coalign.models import train_tokenizer
+from coalign.rollout import RolloutSpec, make_rollout_func, prompt_rows, rollout_rows, trained_mask
+from tests.toy_env import ScriptedModel, expert_conversation_unregistered
+
+
+@pytest.fixture(autouse=True)
+def toy_registered(monkeypatch):
+    monkeypatch.setitem(envs.REGISTRY, "toy", "tests.toy_env:ToyEnv")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    texts = [lumos_chat(expert_conversation_unregistered(seed)) for seed in range(6)]
+    return train_tokenizer(texts * 4, 400)
+
+
+def _ids(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_plan_tokens_end_with_the_closing_tag(tokenizer):
+    turn = format_turn("step forward to reach position 1", "step forward", ["step forward", "open door"])
+    ids = _ids(tokenizer, turn + "</s>")
+    n = plan_tokens(tokenizer, ids)
+    assert PLAN_CLOSE in tokenizer.decode(ids[:n]) and PLAN_CLOSE not in tokenizer.decode(ids[: n - 1])
+    assert "Action" not in tokenizer.decode(ids[:n])
+    assert plan_tokens(tokenizer, _ids(tokenizer, "Thought: x\nAction: open door")) == 0
+    unclosed = _ids(tokenizer, "<global_plan>\nStep 1: step forward")
+    assert plan_tokens(tokenizer, unclosed) == len(unclosed)
+
+
+def test_guided_turns_take_the_experts_plan_and_train_only_what_the_model_wrote(tokenizer):
+    """Stage 1: the plan block is the expert's (context, mask 0); the model writes thought and action."""
+    model = ScriptedModel(tokenizer, plans=False)
+    (episode,) = run_episodes(model, tokenizer, [("toy", 1)], "adaplan", progress=False, guide=expert_guide)
+    assert episode.env.success and not any(t["errors"] for t in episode.turns)  # the plans are the guide's
+    assert episode.turns[0]["plan"] == ["step forward to reach position 1", "step forward to reach position 2",
+                                        "open door to finish"]  # fmt: skip
+    assert episode.turns[2]["plan"] == ["open door to finish"]
+    generated = tokenizer.decode([i for i, m in zip(episode.ids, episode.mask) if m])
+    assert "<global_plan>" not in generated and generated.count("Action:") == len(episode.turns) == 3
+    assert "<global_plan>" in tokenizer.decode(episode.ids) and sum(episode.plan_mask) == 0
+
+
+def _episodes(tokenizer, **kwargs):
+    return run_episodes(ScriptedModel(tokenizer), tokenizer, [("toy", s) for s in range(3)], "adaplan",
+                        progress=False, **kwargs)  # fmt: skip
+
+
+def test_rollout_rows_end_on_the_models_turn_with_observations_untrained(tokenizer):
+    episodes = _episodes(tokenizer)
+    out = rollout_rows(episodes, "all", tokenizer.eos_token_id)
+    assert len(out["prompt_ids"]) == len(out["completion_ids"]) == len(out["env_mask"]) == 3
+    for episode, prompt, completion, mask in zip(episodes, out["prompt_ids"], out["completion_ids"], out["env_mask"]):
+        assert prompt + completion == episode.ids[: len(prompt) + len(completion)]
+        assert completion[-1] == tokenizer.eos_token_id and len(mask) == len(completion)
+        assert "Observation:" in tokenizer.decode(completion)  # attended to ...
+        untrained = tokenizer.decode([i for i, m in zip(completion, mask) if not m])
+        trained = tokenizer.decode([i for i, m in zip(completion, mask) if m])
+        assert "Observation:" in untrained and "Observation:" not in trained  # ... never trained on
+    assert [r["success"] for r in out["episode"]] == [True, True, True]
+
+
+def test_a_context_stopped_episode_still_ends_on_its_last_turn(tokenizer):
+    (episode,) = run_episodes(ScriptedModel(tokenizer, text="Thought: wait\nAction: wait"), tokenizer, [("toy", 1)],
+                              "adaplan", max_context=200, max_new_tokens=20, progress=False)  # fmt: skip
+    assert episode.stop == "context" and episode.mask[-1] == 0  # an observation was appended last
+    out = rollout_rows([episode], "all", tokenizer.eos_token_id)
+    assert out["completion_ids"][0][-1] == tokenizer.eos_token_id and out["env_mask"][0][-1] == 1
+
+
+def test_stages_train_plan_or_action_tokens(tokenizer):
+    (episode,) = _episodes(tokenizer)[:1]
+    plan, action = trained_mask(episode, "plan"), trained_mask(episode, "action")
+    assert [p + a for p, a in zip(plan, action)] == episode.mask and sum(plan) and sum(action)
+    plan_text = tokenizer.decode([i for i, m in zip(episode.ids, plan) if m])
+    action_text = tokenizer.decode([i for i, m in zip(episode.ids, action) if m])
+    assert "<global_plan>" in plan_text and "Action:" not in plan_text
+    assert "Action: step forward" in action_text and "Step 1" not in action_text
+
+
+def test_an_episode_that_generated_nothing_gets_one_untrained_token(tokenizer):
+    (episode,) = run_episodes(ScriptedModel(tokenizer), tokenizer, [("toy", 0)], "adaplan", max_context=70,
+                              max_new_tokens=60, progress=False)  # fmt: skip
+    assert episode.stop == "context" and not any(episode.mask)
+    out = rollout_rows([episode], "all", tokenizer.eos_token_id)
+    assert out["completion_ids"] == [[tokenizer.eos_token_id]] and out["env_mask"] == [[0]]
+
+
+def test_prompt_rows_leave_out_a_task_whose_prompt_repeats_another():
+    rows = prompt_rows([("toy", 0), ("toy", 1), ("toy", 3)], "adaplan")  # seeds 0 and 3: the same door
+    assert [(r["env"], r["seed"]) for r in rows] == [("toy", 0), ("toy", 1)]
+    assert rows[0]["prompt"][0]["role"] == "user" and "door at position 1" in rows[0]["prompt"][0]["content"]
+
+
+def test_the_rollout_function_runs_each_prompt_as_its_task(tokenizer):
+    rows = prompt_rows([("toy", 0), ("toy", 2)], "adaplan")
+    trainer = SimpleNamespace(
+        model=ScriptedModel(tokenizer),
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+        processing_class=tokenizer,
+        args=SimpleNamespace(temperature=1.0, top_p=1.0),
+    )
+    rollout = make_rollout_func(rows, RolloutSpec(max_context=1024))
+    prompts = [rows[1]["prompt"]] * 2 + [rows[0]["prompt"]] * 2  # the sampler repeats each task per rollout
+    out = rollout(prompts, trainer)
+    assert [(e["env"], e["seed"]) for e in out["episode"]] == [("toy", 2)] * 2 + [("toy", 0)] * 2
+    assert all(e["success"] for e in out["episode"]) and out["logprobs"] is None
+    with pytest.raises(ValueError, match="not one of its tasks"):
+        rollout([[{"role": "user", "content": "something else"}]], trainer)
+
+
+def test_a_spec_refuses_unknown_token_sets_and_guided_react():
+    with pytest.raises(ValueError, match="train must be"):
+        RolloutSpec(train="observations")
+    with pytest.raises(ValueError, match="guided"):
+        RolloutSpec(mode="react", guided=True)
