@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -55,6 +56,9 @@ def _run_logged(job: Job, threads: int) -> Any:
         os.dup2(log.fileno(), 2)
         try:
             return job.fn(*job.args)
+        except BaseException:
+            traceback.print_exc()  # into the job's log: the parent learns of the failure only when it is collected
+            raise
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -1,8 +1,11 @@
 """The PilotRL bench: variants x seeds of the pilotrl recipe, side by side, into one results file and report.
 
-Variants (`recipe_registry`) today are the SFT cold starts the paper compares: AdaPlan (plan, act, rewrite the plan; evaluated
-at each plan-update interval of `pilotrl.eval_update_every`) and ReAct (no plan). Each (variant, seed) is
-its own resumable run folder, `<bench>/seed<s>/<variant>/`.
+Variants (`recipe_registry`): the SFT cold starts (`adaplan`: plan, act, rewrite the plan, evaluated at
+each plan-update interval of `pilotrl.eval_update_every`; `react`: no plan), and GRPO from them: `pilotrl`
+(stages 1 -> 2 -> 3), `vanilla_rl` (ReAct, no plan) and the stage-order ablations (`order_all`, `order_23`,
+`order_13`, `order_12`, `order_213`). Each (variant, seed) is its own resumable run folder,
+`<bench>/seed<s>/<variant>/`; the GRPO variants start from their seed's SFT run of the same format, which
+runs first (so one cold start serves every variant of a seed, as the paper compares from one SFT model).
 """
 
 from __future__ import annotations
@@ -11,24 +14,35 @@ from pathlib import Path
 
 from rich.console import Console
 
-from coalign.config import RunConfig
+from coalign.config import PilotRLSettings, RunConfig
 from coalign.parallel import Job, run_jobs
 from coalign.pilotrl_report import report_markdown
 from coalign.recipe_registry import bench_variant
 from coalign.recipes.pilotrl import run_pilotrl
 from coalign.runs import atomic_write_text, write_json
 
+
 def variant_config(config: RunConfig, variant: str, seed: int) -> RunConfig:
-    """The run of one bench variant (`recipe_registry`: adaplan, react) for one seed."""
+    """The run of one bench variant for one seed: the config's pilotrl section with the variant's format and
+    GRPO order (its other GRPO settings are the config's `pilotrl.rl`, else the defaults)."""
     recipe_name, overrides = bench_variant(variant)
     if recipe_name != "pilotrl":
-        raise ValueError(f"{variant!r} is a {recipe_name} variant; a pilotrl bench runs adaplan, react")
-    pilotrl = config.pilotrl.model_copy(update=overrides)
+        raise ValueError(f"{variant!r} is a {recipe_name} variant, not one of a pilotrl bench")
+    settings = config.pilotrl.model_dump()
+    settings["mode"] = overrides["mode"]
+    settings["rl"] = None if overrides["rl"] is None else {**(settings["rl"] or {}), **overrides["rl"]}
+    pilotrl = PilotRLSettings.model_validate(settings)
     return config.model_copy(update={"seed": seed, "name": f"{config.name}-{variant}-s{seed}", "pilotrl": pilotrl})
 
 
-def _run(config: RunConfig, run_dir: Path, force: bool) -> dict:
-    return run_pilotrl(config, run_dir, Console(), force)
+def cold_start_variant(variant: str) -> str | None:
+    """The SFT variant a GRPO variant starts from (None for an SFT variant itself)."""
+    _, overrides = bench_variant(variant)
+    return None if overrides["rl"] is None else overrides["mode"]
+
+
+def _run(config: RunConfig, run_dir: Path, force: bool, start: str | None = None) -> dict:
+    return run_pilotrl(config, run_dir, Console(), force, start)
 
 
 def run_pilotrl_bench(
@@ -41,17 +55,24 @@ def run_pilotrl_bench(
     name: str = "",
     force: bool = False,
 ) -> dict:
-    """Run every (variant, seed) and write `<name>results.json` and `<name>report.md` under `root`."""
+    """Run every (variant, seed), the SFT runs first, and write `<name>results.json` and `<name>report.md`
+    under `root` (with `<name>curves.png`, the GRPO reward curves, when a variant trains by GRPO)."""
     root = Path(root)
-    pairs = [(variant, seed) for seed in seeds for variant in variants]
-    jobs = []
-    for variant, seed in pairs:
-        run_dir = root / f"seed{seed}" / variant
-        jobs.append(Job(f"{variant} seed {seed}", _run, (variant_config(config, variant, seed), run_dir, force),
-                        run_dir / "log.txt"))  # fmt: skip
+    needed = [cold_start_variant(v) or v for v in variants]
+    cold = list(dict.fromkeys(v for v in needed if cold_start_variant(v) is None))
+    rl = [v for v in dict.fromkeys(variants) if cold_start_variant(v) is not None]
     runs: dict = {}
-    for (variant, seed), metrics in zip(pairs, run_jobs(jobs, workers, "pilotrl runs"), strict=True):
-        runs.setdefault(variant, {})[str(seed)] = metrics
+    for phase, desc in ((cold, "pilotrl SFT runs"), (rl, "pilotrl GRPO runs")):
+        pairs = [(variant, seed) for seed in seeds for variant in phase]
+        jobs = []
+        for variant, seed in pairs:
+            run_dir = root / f"seed{seed}" / variant
+            sft = cold_start_variant(variant)
+            start = str(root / f"seed{seed}" / sft / "checkpoints" / "sft") if sft else None
+            jobs.append(Job(f"{variant} seed {seed}", _run, (variant_config(config, variant, seed), run_dir, force,
+                                                             start), run_dir / "log.txt"))  # fmt: skip
+        for (variant, seed), metrics in zip(pairs, run_jobs(jobs, workers, desc), strict=True):
+            runs.setdefault(variant, {})[str(seed)] = metrics
     results = {
         "seeds": seeds,
         "heldin": list(config.pilotrl.heldin),

@@ -10,8 +10,22 @@ from __future__ import annotations
 from statistics import mean, stdev
 
 from coalign.bench_report import _table, mean_std
+from coalign.grpo_stages import order_label
 
-NAMES = {"adaplan": "SFT (AdaPlan)", "react": "SFT (ReAct)"}
+NAMES = {
+    "adaplan": "SFT (AdaPlan)",
+    "react": "SFT (ReAct)",
+    "vanilla_rl": "Vanilla RL (ReAct, GRPO)",
+    "pilotrl": "PilotRL 1->2->3",
+    "order_all": "1&2&3 at once",
+    "order_23": "2->3",
+    "order_13": "1->3",
+    "order_12": "1->2",
+    "order_213": "2->1->3",
+}
+# (variant, baseline) pairs compared per seed when both ran: the paper's claims, then its ablations
+PAIRS = [("adaplan", "react"), ("pilotrl", "adaplan"), ("pilotrl", "vanilla_rl"),
+         *((order, "pilotrl") for order in ("order_all", "order_23", "order_13", "order_12", "order_213"))]  # fmt: skip
 
 
 def _fmt(values: list[float], digits: int = 1) -> str:
@@ -82,6 +96,11 @@ def update_table(results: dict, variant: str = "adaplan") -> str:
     return _table(["plan update", *(f"{e} (success / steps)" for e in envs), "held-in avg", "held-out avg"], rows)
 
 
+def _run_name(block: dict) -> str:
+    order = block.get("rl_order")
+    return f"{NAMES.get(block['mode'], block['mode'])} + GRPO {order_label(order)}" if order else block["mode"]
+
+
 def run_markdown(metrics: dict) -> str:
     """One run's evaluation (`recipes.pilotrl.run_pilotrl`'s result) as the bench tables of a single seed."""
     first = next(iter(metrics.values()))
@@ -89,7 +108,7 @@ def run_markdown(metrics: dict) -> str:
         "seeds": [0],
         "heldin": first["heldin_envs"],
         "heldout": first["heldout_envs"],
-        "runs": {first["mode"]: {"0": metrics}},
+        "runs": {_run_name(first): {"0": metrics}},
     }
     return report_markdown(results)
 
@@ -97,12 +116,14 @@ def run_markdown(metrics: dict) -> str:
 def report_markdown(results: dict) -> str:
     seeds = ", ".join(map(str, results["seeds"]))
     parts = [
-        f"# PilotRL bench: SFT cold starts, seeds {seeds}",
+        f"# PilotRL bench, seeds {seeds}",
         "Success rate (%) over each environment's evaluation tasks, mean ± sample std over seeds.",
         success_table(results),
     ]
-    if {"adaplan", "react"} <= set(results["runs"]):
-        parts += ["Paired by seed:", paired_table(results)]
+    pairs = [pair for pair in PAIRS if set(pair) <= set(results["runs"])]
+    if pairs:
+        parts += ["Paired by seed (the GRPO runs of a seed start from its SFT run):"]
+        parts += [paired_table(results, variant, baseline) for variant, baseline in pairs]
     parts += ["Generated tokens and steps per task (Table 9):", cost_table(results)]
     if "adaplan" in results["runs"]:
         parts += ["AdaPlan, plan rewritten every k steps (Table 10):", update_table(results)]

@@ -26,6 +26,8 @@ class Recipe:
     round_sections: the config sections only its rounds read; a bench's cold start leaves them at their
         defaults, so benches that differ only in their rounds share a seed's cold start.
     variants: bench recipe name -> overrides of `section` (the paper's ablations).
+    default_variants: what `coalign bench` runs for a config of this recipe when not told (None: every
+        variant of every recipe sharing its bench runner).
     sweeps: bench recipe name prefix -> an integer field of `section` (`moat_k8`: moat.k = 8).
     check: (config, train) -> None, raising RunError for a config that would fail after the cold start.
     bench: a bench runner of its own, (config, root, seeds, variants, workers, console, name, force) ->
@@ -42,6 +44,7 @@ class Recipe:
     section: str | None = None
     round_sections: tuple[str, ...] = ()
     variants: dict[str, dict] = field(default_factory=dict)
+    default_variants: tuple[str, ...] | None = None
     sweeps: dict[str, str] = field(default_factory=dict)
     check: str | None = None
     bench: str | None = None
@@ -78,7 +81,18 @@ REGISTRY: dict[str, Recipe] = {
         rounds=None,
         history=False,
         section="pilotrl",
-        variants={"adaplan": {"mode": "adaplan"}, "react": {"mode": "react"}},
+        variants={
+            "adaplan": {"mode": "adaplan", "rl": None},  # the SFT cold starts
+            "react": {"mode": "react", "rl": None},
+            "vanilla_rl": {"mode": "react", "rl": {"order": ["vanilla"]}},  # GRPO without a plan
+            "pilotrl": {"mode": "adaplan", "rl": {"order": ["executor", "planner", "joint"]}},
+            "order_all": {"mode": "adaplan", "rl": {"order": ["all"]}},  # the paper's stage-order ablations
+            "order_23": {"mode": "adaplan", "rl": {"order": ["planner", "joint"]}},
+            "order_13": {"mode": "adaplan", "rl": {"order": ["executor", "joint"]}},
+            "order_12": {"mode": "adaplan", "rl": {"order": ["executor", "planner"]}},
+            "order_213": {"mode": "adaplan", "rl": {"order": ["planner", "executor", "joint"]}},
+        },
+        default_variants=("adaplan", "react", "vanilla_rl", "pilotrl"),  # the paper's main comparison
         bench="coalign.pilotrl_bench:run_pilotrl_bench",
         report="coalign.pilotrl_report:report_markdown",
         show="coalign.pilotrl_report:run_markdown",
@@ -101,9 +115,13 @@ def load(ref: str) -> Callable[..., Any]:
 
 
 def bench_names(config_recipe: str = "lumos") -> tuple[str, ...]:
-    """What `coalign bench` runs by default for a config of `config_recipe`: the variants of every recipe
-    that shares its bench runner (lumos, moat and its ablations share one; pilotrl has its own)."""
-    runner = recipe(config_recipe).bench
+    """What `coalign bench` runs by default for a config of `config_recipe`: its recipe's default variants
+    when it names some (pilotrl), else the variants of every recipe sharing its bench runner (lumos, moat
+    and its ablations share one)."""
+    entry = recipe(config_recipe)
+    if entry.default_variants is not None:
+        return entry.default_variants
+    runner = entry.bench
     return tuple(name for entry in REGISTRY.values() if entry.bench == runner for name in entry.variants)
 
 
@@ -116,4 +134,5 @@ def bench_variant(name: str) -> tuple[str, dict]:
             if name.startswith(prefix) and name[len(prefix) :].isdigit():
                 return recipe_name, {key: int(name[len(prefix) :])}
     sweeps = [f"{prefix}<{key.upper()}>" for entry in REGISTRY.values() for prefix, key in entry.sweeps.items()]
-    raise ValueError(f"unknown recipe {name!r}; known: {', '.join([*bench_names(), *sweeps])}")
+    known = [variant for entry in REGISTRY.values() for variant in entry.variants]
+    raise ValueError(f"unknown recipe {name!r}; known: {', '.join([*known, *sweeps])}")

@@ -49,16 +49,15 @@ class RolloutSpec:
 
 def prompt_rows(tasks: Sequence[tuple[str, int]], mode: str) -> list[dict]:
     """GRPO's dataset: per task the first user turn as a conversational prompt, with its environment and
-    seed. Tasks are known to the rollout by their prompt text alone (the trainer passes nothing else), so
-    a task whose prompt repeats an earlier one's is left out."""
-    rows, seen = [], set()
+    seed. The trainer hands the rollout the prompts alone, and two tasks may open alike (every Wordle game
+    does), so the prompt's message also carries `task` ("name/seed"): the rollout reads it, the model
+    never sees it (only `content` is rendered)."""
+    rows = []
     for name, seed in tasks:
         env = make_env(name)
         text = first_message(env.instructions, env.reset(seed), mode)
-        if text in seen:
-            continue
-        seen.add(text)
-        rows.append({"prompt": [{"role": "user", "content": text}], "env": name, "seed": seed})
+        rows.append({"prompt": [{"role": "user", "content": text, "task": f"{name}/{seed}"}], "env": name,
+                     "seed": seed})  # fmt: skip
     return rows
 
 
@@ -95,12 +94,12 @@ def rollout_rows(episodes: Sequence[Episode], train: str, eos_id: int) -> dict:
 def make_rollout_func(rows: Sequence[dict], spec: RolloutSpec) -> Callable[[list, object], dict]:
     """A `rollout_func` for `GRPOTrainer` over the tasks of `prompt_rows`: each prompt's episode is run by
     the trainer's current policy, sampled at the trainer's temperature and top-p."""
-    tasks = {row["prompt"][-1]["content"]: (row["env"], row["seed"]) for row in rows}
+    tasks = {row["prompt"][-1]["task"]: (row["env"], row["seed"]) for row in rows}
 
     def rollout(prompts: list, trainer) -> dict:
         try:
-            chosen = [tasks[prompt[-1]["content"]] for prompt in prompts]
-        except KeyError:
+            chosen = [tasks[prompt[-1]["task"]] for prompt in prompts]
+        except (KeyError, TypeError, IndexError):
             raise ValueError("rollout_func got a prompt that is not one of its tasks' prompts") from None
         model = trainer.accelerator.unwrap_model(trainer.model)
         tokenizer = trainer.processing_class

@@ -163,3 +163,18 @@ def test_stage_orders_must_name_known_stages_and_match_the_format():
     with pytest.raises(ValueError, match="multiple of num_generations"):
         GRPOSettings(num_generations=3, batch_size=4)
     assert order_label(["executor", "planner", "joint"]) == "1->2->3"
+
+
+def test_the_bench_runs_grpo_variants_from_their_seeds_sft_run(tmp_path):
+    from coalign.pilotrl_bench import run_pilotrl_bench
+
+    cfg = _config(["executor"])  # the variant keeps these GRPO settings and sets its own order
+    results = run_pilotrl_bench(cfg, tmp_path, [0], ["pilotrl"], 1, Console(quiet=True))
+    assert list(results["runs"]) == ["adaplan", "pilotrl"]  # the SFT run it starts from, then the variant
+    stage = read_json(tmp_path / "seed0" / "pilotrl" / "stages" / "grpo1_executor.json")
+    assert str(tmp_path / "seed0" / "adaplan" / "checkpoints" / "sft") in str(stage["inputs"])
+    assert not (tmp_path / "seed0" / "pilotrl" / "checkpoints" / "sft").exists()
+    assert [read_json(p)["grpo_stage"] for p in sorted((tmp_path / "seed0" / "pilotrl" / "stages").glob("grpo*"))] \
+        == ["executor", "planner", "joint"]
+    report = (tmp_path / "report.md").read_text()
+    assert "PilotRL 1->2->3 − SFT (AdaPlan)" in report

@@ -89,7 +89,7 @@ def test_training_seeds_may_not_reach_the_evaluation_seeds():
 def test_the_bench_defaults_to_the_config_recipes_own_variants():
     from coalign.recipe_registry import bench_names
 
-    assert bench_names("pilotrl") == ("adaplan", "react")
+    assert bench_names("pilotrl") == ("adaplan", "react", "vanilla_rl", "pilotrl")
     assert "adaplan" not in bench_names("moat") and "moat" in bench_names("lumos")
 
 

@@ -100,10 +100,11 @@ def test_an_episode_that_generated_nothing_gets_one_untrained_token(tokenizer):
     assert out["completion_ids"] == [[tokenizer.eos_token_id]] and out["env_mask"] == [[0]]
 
 
-def test_prompt_rows_leave_out_a_task_whose_prompt_repeats_another():
+def test_prompt_rows_name_their_task_even_when_two_tasks_open_alike():
     rows = prompt_rows([("toy", 0), ("toy", 1), ("toy", 3)], "adaplan")  # seeds 0 and 3: the same door
-    assert [(r["env"], r["seed"]) for r in rows] == [("toy", 0), ("toy", 1)]
-    assert rows[0]["prompt"][0]["role"] == "user" and "door at position 1" in rows[0]["prompt"][0]["content"]
+    assert [(r["env"], r["seed"]) for r in rows] == [("toy", 0), ("toy", 1), ("toy", 3)]
+    assert rows[0]["prompt"][0]["content"] == rows[2]["prompt"][0]["content"]
+    assert [r["prompt"][0]["task"] for r in rows] == ["toy/0", "toy/1", "toy/3"]
 
 
 def test_the_rollout_function_runs_each_prompt_as_its_task(tokenizer):
@@ -120,7 +121,9 @@ def test_the_rollout_function_runs_each_prompt_as_its_task(tokenizer):
     assert [(e["env"], e["seed"]) for e in out["episode"]] == [("toy", 2)] * 2 + [("toy", 0)] * 2
     assert all(e["success"] for e in out["episode"]) and out["logprobs"] is None
     with pytest.raises(ValueError, match="not one of its tasks"):
-        rollout([[{"role": "user", "content": "something else"}]], trainer)
+        rollout([[{"role": "user", "content": rows[0]["prompt"][0]["content"]}]], trainer)
+    with pytest.raises(ValueError, match="not one of its tasks"):
+        rollout([[{"role": "user", "content": "x", "task": "toy/99"}]], trainer)
 
 
 def test_a_spec_refuses_unknown_token_sets_and_guided_react():

@@ -87,6 +87,7 @@ def evaluate(run: Run, settings: PilotRLSettings, model_path: str, every: int, c
             run.path(name, "metrics.json"),
             {
                 "mode": settings.mode,
+                "rl_order": settings.rl.order if settings.rl else None,
                 "update_every": every,
                 "envs": per_env,
                 "heldin_envs": list(settings.heldin),
@@ -100,15 +101,30 @@ def evaluate(run: Run, settings: PilotRLSettings, model_path: str, every: int, c
     return read_json(run.path(name, "metrics.json"))
 
 
-def run_pilotrl(config: RunConfig, run_dir: str | Path, console: Console, force: bool = False) -> dict:
-    """Expert episodes -> (tiny model) -> SFT with observations masked -> evaluation at each update interval."""
-    settings, trust = config.pilotrl, config.models.trust_remote_code
+def run_pilotrl(
+    config: RunConfig, run_dir: str | Path, console: Console, force: bool = False, start: str | None = None
+) -> dict:
+    """Expert episodes -> (tiny model) -> SFT with observations masked -> GRPO stages -> evaluation at each
+    update interval. `start`: a cold-start checkpoint to run the GRPO stages from instead (a bench's
+    variants share their seed's SFT run)."""
+    settings = config.pilotrl
     for name in [*settings.heldin, *settings.heldout]:
         try:
             env_class(name)
         except ValueError as err:
             raise RunError(f"pilotrl.heldin/heldout: {err}") from None
+    if start is not None and not settings.rl:
+        raise RunError("a start checkpoint is for the GRPO stages, and pilotrl.rl is not set")
     run = prepare_run(config, run_dir, console, force)
+    model = start or cold_start(run, config, console)
+    if settings.rl:
+        model = grpo_stages(run, config, model, console)
+    return evaluate_all(run, config, model, console)
+
+
+def cold_start(run: Run, config: RunConfig, console: Console) -> str:
+    """The expert's episodes, a tiny model when asked for one, SFT on the episodes; the checkpoint's path."""
+    settings, trust = config.pilotrl, config.models.trust_remote_code
     episodes = run.path("data", "train_episodes.jsonl")
 
     def expert_episodes() -> None:
@@ -141,8 +157,7 @@ def run_pilotrl(config: RunConfig, run_dir: str | Path, console: Console, force:
             f"[yellow]warning[/yellow]: the longest expert turn has {longest} tokens, more than "
             f"pilotrl.max_new_tokens {settings.max_new_tokens}: such turns are cut off at evaluation"
         )
-    model = grpo_stages(run, config, str(out), console) if settings.rl else str(out)
-    return evaluate_all(run, config, model, console)
+    return str(out)
 
 
 def grpo_stages(run: Run, config: RunConfig, init: str, console: Console) -> str:
