@@ -16,6 +16,7 @@ from rich.console import Console
 
 from coalign.config import PilotRLSettings, RunConfig
 from coalign.parallel import Job, run_jobs
+from coalign.pilotrl_curves import bench_curves, plot_curves
 from coalign.pilotrl_report import report_markdown
 from coalign.recipe_registry import bench_variant
 from coalign.recipes.pilotrl import run_pilotrl
@@ -83,4 +84,6 @@ def run_pilotrl_bench(
     prefix = f"{name}-" if name else ""
     write_json(root / f"{prefix}results.json", results)
     atomic_write_text(root / f"{prefix}report.md", report_markdown(results))
+    if rl:
+        plot_curves(bench_curves(root, seeds, rl), root / f"{prefix}curves.png")
     return results

@@ -125,6 +125,9 @@ def report_markdown(results: dict) -> str:
         parts += ["Paired by seed (the GRPO runs of a seed start from its SFT run):"]
         parts += [paired_table(results, variant, baseline) for variant, baseline in pairs]
     parts += ["Generated tokens and steps per task (Table 9):", cost_table(results)]
+    if any(run.get("rl_order") for runs in results["runs"].values() for seed in runs.values() for run in seed.values()):
+        parts += ["GRPO reward curves per stage (executor adherence, planner plan quality, end-to-end; Figure 3): "
+                  "`curves.png` beside this report."]  # fmt: skip
     if "adaplan" in results["runs"]:
         parts += ["AdaPlan, plan rewritten every k steps (Table 10):", update_table(results)]
     return "\n\n".join(parts) + "\n"

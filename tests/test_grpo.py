@@ -178,3 +178,4 @@ def test_the_bench_runs_grpo_variants_from_their_seeds_sft_run(tmp_path):
         == ["executor", "planner", "joint"]
     report = (tmp_path / "report.md").read_text()
     assert "PilotRL 1->2->3 − SFT (AdaPlan)" in report
+    assert (tmp_path / "curves.png").stat().st_size > 0

@@ -1,0 +1,112 @@
+"""Rollout throughput of the AdaPlan runtime on the CPU: how much batching episodes per turn buys, in one run.
+
+GRPO's cost is mostly its rollouts (`rollout.py`: `run_episodes` at temperature 1), so this runs the same
+episodes at each batch size: N tasks of each of the six environments, sampled at temperature 1.0.
+
+    .venv/bin/python benchmarks/rollout_throughput.py [--tasks 4] [--batch-sizes 1,16,64] [--threads 1]
+
+By default the model is made as `coalign train tiny-pilotrl` makes it (the config's tiny spec, a tokenizer
+trained on the recipe's expert episodes) and left untrained: it rarely writes an end of turn, so its turns
+run to `max_new_tokens` and its episodes to the context limit, the rollout budget's worst case.
+`--model PATH` runs a saved checkpoint instead (an SFT one writes turns of realistic length). Prints per
+batch size generated tokens/s, the tokens processed (each turn's prompt, padding left out, plus what it
+generated), episodes/s and wall seconds, then each batch size's tokens/s over batch size 1's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from coalign.adaplan import run_episodes
+from coalign.config import load_config
+from coalign.envs import REGISTRY
+from coalign.formats import lumos_chat
+from coalign.models import load_model, load_tokenizer, make_tiny_model
+from coalign.recipes.pilotrl import training_episodes
+
+
+class CountingModel:
+    """The model as `run_episodes` uses it, counting the prompt tokens each `generate` call reads."""
+
+    def __init__(self, model) -> None:
+        self.model, self.prompt_tokens = model, 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def generate(self, **kwargs) -> torch.Tensor:
+        self.prompt_tokens += int(kwargs["attention_mask"].sum())
+        return self.model.generate(**kwargs)
+
+
+def tiny_model(out: Path) -> Path:
+    """The tiny-pilotrl config's initial model: its spec, a BPE tokenizer on the recipe's expert episodes."""
+    config = load_config("tiny-pilotrl")
+    texts = [lumos_chat(row["messages"]) for row in training_episodes(config.pilotrl, config.seed)]
+    return make_tiny_model(texts, out, config.models.tiny, seed=config.seed)
+
+
+def measure(model, tokenizer, tasks: list[tuple[str, int]], batch_size: int, args: argparse.Namespace) -> dict:
+    """One timed `run_episodes` over all tasks at `batch_size` (sampling seeded, so reruns repeat)."""
+    counting = CountingModel(model)
+    torch.manual_seed(0)
+    started = time.perf_counter()
+    episodes = run_episodes(
+        counting, tokenizer, tasks, "adaplan", 1, args.max_new_tokens, args.max_context, batch_size,
+        temperature=1.0, progress=False,
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    generated = sum(e.generated_tokens for e in episodes)
+    return {
+        "wall": wall,
+        "generated": generated,
+        "processed": counting.prompt_tokens + generated,
+        "tokens_per_s": generated / wall,
+        "episodes_per_s": len(episodes) / wall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=4, help="tasks per environment (all six)")
+    parser.add_argument("--batch-sizes", default="1,16,64", help="comma-separated; batch size 1 is always run")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: a tiny model's ops are too small to split, and on a "
+                             "busy CPU extra threads were much slower)")  # fmt: skip
+    parser.add_argument("--model", help="a saved checkpoint folder instead of a fresh tiny model")
+    parser.add_argument("--max-new-tokens", type=int, default=192, help="per turn (tiny-pilotrl's)")
+    parser.add_argument("--max-context", type=int, default=1536, help="per episode (tiny-pilotrl's)")
+    args = parser.parse_args()
+    sizes = sorted({1, *(int(b) for b in args.batch_sizes.split(","))})
+    torch.set_num_threads(args.threads)
+    print(f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} torch threads")
+    print("note: timings on a shared CPU are noisy; compare ratios measured in one run")
+    tasks = [(name, 1_000_000 + i) for name in REGISTRY for i in range(args.tasks)]  # evaluation seeds
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.model or tiny_model(Path(tmp, "tiny"))
+        tokenizer, model = load_tokenizer(path), load_model(path, dtype="float32")
+        print(f"model: {args.model or 'fresh tiny-pilotrl model'}; {len(tasks)} episodes ({args.tasks} per env), "
+              f"temperature 1.0, max_new_tokens {args.max_new_tokens}, max_context {args.max_context}")  # fmt: skip
+        # warm-up, not timed: torch's first calls pay one-off costs
+        run_episodes(model, tokenizer, tasks[:1], "adaplan", 1, 8, args.max_context, 1, temperature=1.0, progress=False)
+        results = {b: measure(model, tokenizer, tasks, b, args) for b in sizes}
+    print(f"{'batch':>5} {'gen tok/s':>10} {'generated':>10} {'processed':>10} {'episodes/s':>10} {'wall s':>8}")
+    for b, r in results.items():
+        print(f"{b:>5} {r['tokens_per_s']:>10.1f} {r['generated']:>10} {r['processed']:>10} "
+              f"{r['episodes_per_s']:>10.3f} {r['wall']:>8.1f}")  # fmt: skip
+    if sizes[-1] > len(tasks):
+        print(f"(a batch size above {len(tasks)} runs all {len(tasks)} episodes' turns in one batch)")
+    for b, r in results.items():
+        if b > 1:
+            print(f"tokens/s, batch {b} / batch 1: {r['tokens_per_s'] / results[1]['tokens_per_s']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
