@@ -6,7 +6,8 @@ correctness, executability and standard format. Here the candidates come from th
 expert solver (its plan, and variants of it with a step dropped, two steps swapped, a step repeated or
 two steps merged into one line), and each is scored by rule, 1-5 on each criterion
 (`plan_quality`): correct = following the plan on a copy of the environment succeeds (a step that
-names no action, such as Wordle's "guess a word that fits the feedback", is done the expert's way);
+names no action is sent as it stands, and the environment answers it as the invalid action it is: a
+plan of filler lines is not correct, however many steps it has);
 executable = the share of steps that name an action the environment reads; standard = one short,
 non-empty step per line. PilotRL's stage-2 plan-quality reward scores with the same rules.
 """
@@ -49,13 +50,13 @@ def plan_quality(env: TextEnv, plan: Sequence[str]) -> PlanQuality:
 
 def follow_plan(env: TextEnv, plan: Sequence[str]) -> bool:
     """Whether following `plan` from `env`'s current state succeeds, run on a copy: each step's named action,
-    or the expert's action for a step that names none. The plan alone: it fails if it ends too early."""
+    or the step's own text for a step that names none. The plan alone: it fails if it ends too early."""
     trial = copy.deepcopy(env)
     for step in plan:
         if trial.done:
             return trial.success
         action = trial.plan_action(step)
-        trial.step(action if action is not None else trial.expert_action())
+        trial.step(action if action is not None else step)
     return trial.success
 
 

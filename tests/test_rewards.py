@@ -212,7 +212,8 @@ def test_no_plan_garbage_and_filler_plans_score_the_minimum(household):
     first = household["turns"][0]
     env = _env(household)
     filler = ["carry on with the task"] * len(first["plan"])
-    assert follow_plan(env, filler)  # the expert does a step that names no action: "correct" by rule
+    assert not follow_plan(env, filler)  # a step naming no action is sent as it stands: nothing happens
+    assert not follow_plan(env, [*first["plan"][:1], *filler[1:]])  # one real step does not make it correct
     too_long = first["plan"] + ["look"] * env.max_steps
     controls = [step + "\x07" for step in first["plan"]]
     overlong = [step + " " + "x" * MAX_ACTION_CHARS for step in first["plan"]]
