@@ -19,9 +19,8 @@ from coalign.formats_adaplan import (
     update_plan,
 )
 from coalign.formats_iterative import chat_prompt
-from coalign.models import train_tokenizer
 from coalign.token_turns import encode, segments
-from tests.toy_env import ScriptedModel, ToyEnv, expert_conversation_unregistered
+from tests.toy_env import ScriptedModel, ToyEnv, expert_conversation_unregistered, toy_tokenizer
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +30,7 @@ def toy_registered(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    texts = [lumos_chat(expert_conversation_unregistered(seed)) for seed in range(6)]
-    return train_tokenizer(texts * 4, 400)
+    return toy_tokenizer()
 
 
 # ------------------------------------------------------------------ format

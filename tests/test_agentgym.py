@@ -47,10 +47,15 @@ def test_sharegpt_items_from_jsonl(tmp_path: Path) -> None:
 
 def test_role_content_items_from_a_json_list(tmp_path: Path) -> None:
     items = [
-        {"id": "sciworld_3_7",
-         "conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "go"}]},
-        {"item_id": "42", "env": "wordle", "conversations": [{"from": "system", "value": "rules"},
-                                                             {"from": "assistant", "value": "crane"}]},
+        {
+            "id": "sciworld_3_7",
+            "conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "go"}],
+        },
+        {
+            "item_id": "42",
+            "env": "wordle",
+            "conversations": [{"from": "system", "value": "rules"}, {"from": "assistant", "value": "crane"}],
+        },
     ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps(items))
@@ -73,8 +78,11 @@ BAD = [
     ({**ITEM, "conversations": [{"value": "x"}]}, "conversations[0].from", "missing"),
     ({**ITEM, "conversations": [{"from": "gpt", "value": None}]}, "conversations[0].value", "expected str"),
     ({**ITEM, "conversations": [{"from": "gpt", "value": "x", "loss": 1}]}, "conversations[0].loss", "expected bool"),
-    ({**ITEM, "conversations": [{"from": "human", "value": "x", "loss": True}, {"from": "gpt", "value": "y"}]},
-     "conversations[0].loss", "only the model's turns"),
+    (
+        {**ITEM, "conversations": [{"from": "human", "value": "x", "loss": True}, {"from": "gpt", "value": "y"}]},
+        "conversations[0].loss",
+        "only the model's turns",
+    ),
     ({**ITEM, "conversations": [{"from": "human", "value": "x"}]}, "conversations", "no model turn"),
 ]
 

@@ -107,8 +107,16 @@ def test_put_is_read_as_move_where_the_game_wants_move(games: Path) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "x" * 1_000_000, "\x00\x00", "\u202eevil\u202c", "__import__('os').system('x')", "(" * 10_000, "42",
-     "line\n" * 100_000],
+    [
+        "",
+        "x" * 1_000_000,
+        "\x00\x00",
+        "\u202eevil\u202c",
+        "__import__('os').system('x')",
+        "(" * 10_000,
+        "42",
+        "line\n" * 100_000,
+    ],
 )
 def test_hostile_text_is_passed_on_and_answered(games: Path, text: str) -> None:
     env = AlfworldEnv(games, start_game=FakeGame)

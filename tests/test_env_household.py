@@ -29,11 +29,21 @@ def random_action(env: HouseholdEnv, rng: random.Random) -> str:
     """A plausible action naming this room's things: most are impossible where the agent stands."""
     receptacle = rng.choice(env.receptacles)
     obj = rng.choice(sorted(env.states))
-    return rng.choice([
-        f"go to {receptacle}", f"open {receptacle}", f"close {receptacle}", f"take {obj} from {receptacle}",
-        f"put {obj} in/on {receptacle}", f"heat {obj} with microwave 1", f"clean {obj} with {receptacle}",
-        "use desklamp 1", f"examine {obj}", "look", "inventory",
-    ])
+    return rng.choice(
+        [
+            f"go to {receptacle}",
+            f"open {receptacle}",
+            f"close {receptacle}",
+            f"take {obj} from {receptacle}",
+            f"put {obj} in/on {receptacle}",
+            f"heat {obj} with microwave 1",
+            f"clean {obj} with {receptacle}",
+            "use desklamp 1",
+            f"examine {obj}",
+            "look",
+            "inventory",
+        ]
+    )
 
 
 @pytest.mark.parametrize("wander", [3, 10])
@@ -62,8 +72,18 @@ def test_first_observation_and_seeds_draw_different_rooms() -> None:
 def test_invalid_actions_get_nothing_happened() -> None:
     env = HouseholdEnv()
     env.reset(2)  # a clean cup in fridge; the cup is in sinkbasin 1
-    for action in ["go to fridge 9", "take cup 1 from sinkbasin 1", "put cup 1 in fridge 1", "open sinkbasin 1",
-                   "dance", "go to", "use desklamp 1", "clean cup 1 with fridge 1", "examine cup 1", "look at cup 1"]:
+    for action in [
+        "go to fridge 9",
+        "take cup 1 from sinkbasin 1",
+        "put cup 1 in fridge 1",
+        "open sinkbasin 1",
+        "dance",
+        "go to",
+        "use desklamp 1",
+        "clean cup 1 with fridge 1",
+        "examine cup 1",
+        "look at cup 1",
+    ]:
         assert env.step(action).observation == "Nothing happened.", action
     assert env.step("go to the Sinkbasin 1.").observation.startswith("You arrive at sinkbasin 1.")
     assert env.step("take cup 1 from sinkbasin 1").observation == "You pick up the cup 1 from the sinkbasin 1."

@@ -15,8 +15,12 @@ from coalign.envs import REGISTRY, TextEnv, make_env
 NAMES = sorted(REGISTRY)
 SEEDS = {"household": 300, "iqa": 300, "crafting": 300, "wordle": 500, "maze": 300, "babyai": 200}
 IDLE = {  # an action that changes nothing (or only what the agent faces) and ends nothing
-    "household": "look", "iqa": "turn left", "crafting": "inventory",
-    "wordle": "nonsense", "maze": "wait", "babyai": "turn left",
+    "household": "look",
+    "iqa": "turn left",
+    "crafting": "inventory",
+    "wordle": "nonsense",
+    "maze": "wait",
+    "babyai": "turn left",
 }
 DEVIATIONS = {  # seeds, and the agent's own moves before the expert takes over
     "household": (50, ("look", "inventory", "examine cup 1")),
@@ -38,21 +42,33 @@ HOSTILE = [
 ]
 NEAR_MISSES = {  # each environment's own actions, broken: NUL bytes, bidi, full-width, out of range
     "household": [
-        "\u202e1 egdirf ni 1 elppa tup\u202c \u2067ذهاب\u2069", "12345", "-1e308",
+        "\u202e1 egdirf ni 1 elppa tup\u202c \u2067ذهاب\u2069",
+        "12345",
+        "-1e308",
         "\n".join(f"go to cabinet {i} and then take everything" * 20 for i in range(500)),
     ],
     "iqa": ["0", "3.14159"],
     "crafting": [
-        "get 2\x00 coal", "\u202eget 2 coal\u202c", "ｇｅｔ ２ ｃｏａｌ",
-        "\n\n  \nget 1 coal\ncraft 1 bucket using 3 iron ingot", "get 99999999999999999999 coal",
-        "craft 0 stick using 0 plank", "craft 4 stick using 2 plank, 2 plank", "get -3 coal",
+        "get 2\x00 coal",
+        "\u202eget 2 coal\u202c",
+        "ｇｅｔ ２ ｃｏａｌ",
+        "\n\n  \nget 1 coal\ncraft 1 bucket using 3 iron ingot",
+        "get 99999999999999999999 coal",
+        "craft 0 stick using 0 plank",
+        "craft 4 stick using 2 plank, 2 plank",
+        "get -3 coal",
     ],
     "wordle": ["c r a\x00 n e", "\u202ec r a n e\u202c", "ｃｒａｎｅ", "c r a n e s"],
     "maze": ["move\x00 up", "\u202emove up\u202c", "ｍｏｖｅ ｕｐ", "\n\n  \nmove left\nmove right", "move diagonally"],
     "babyai": [
-        "go to red\x00 ball 1", "\u202ego to red ball 1\u202c", "ｇｏ ｔｏ ｒｅｄ ｂａｌｌ １",
-        "\n\n  \nturn left\nmove forward", "go to red ball 999", "pick up red door 1",
-        "go through red ball 1", "toggle and go through grey locked door 1",
+        "go to red\x00 ball 1",
+        "\u202ego to red ball 1\u202c",
+        "ｇｏ ｔｏ ｒｅｄ ｂａｌｌ １",
+        "\n\n  \nturn left\nmove forward",
+        "go to red ball 999",
+        "pick up red door 1",
+        "go through red ball 1",
+        "toggle and go through grey locked door 1",
     ],
 }
 

@@ -174,8 +174,11 @@ def test_the_bench_runs_grpo_variants_from_their_seeds_sft_run(tmp_path):
     stage = read_json(tmp_path / "seed0" / "pilotrl" / "stages" / "grpo1_executor.json")
     assert str(tmp_path / "seed0" / "adaplan" / "checkpoints" / "sft") in str(stage["inputs"])
     assert not (tmp_path / "seed0" / "pilotrl" / "checkpoints" / "sft").exists()
-    assert [read_json(p)["grpo_stage"] for p in sorted((tmp_path / "seed0" / "pilotrl" / "stages").glob("grpo*"))] \
-        == ["executor", "planner", "joint"]
+    assert [read_json(p)["grpo_stage"] for p in sorted((tmp_path / "seed0" / "pilotrl" / "stages").glob("grpo*"))] == [
+        "executor",
+        "planner",
+        "joint",
+    ]
     report = (tmp_path / "report.md").read_text()
     assert "PilotRL 1->2->3 − SFT (AdaPlan)" in report
     assert (tmp_path / "curves.png").stat().st_size > 0

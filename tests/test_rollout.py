@@ -9,11 +9,9 @@ import pytest
 
 from coalign import envs
 from coalign.adaplan import expert_guide, plan_tokens, run_episodes
-from coalign.formats import lumos_chat
 from coalign.formats_adaplan import PLAN_CLOSE, format_turn
-from coalign.models import train_tokenizer
 from coalign.rollout import RolloutSpec, make_rollout_func, prompt_rows, rollout_rows, trained_mask
-from tests.toy_env import ScriptedModel, expert_conversation_unregistered
+from tests.toy_env import ScriptedModel, toy_tokenizer
 
 
 @pytest.fixture(autouse=True)
@@ -23,8 +21,7 @@ def toy_registered(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    texts = [lumos_chat(expert_conversation_unregistered(seed)) for seed in range(6)]
-    return train_tokenizer(texts * 4, 400)
+    return toy_tokenizer()
 
 
 def _ids(tokenizer, text):

@@ -14,7 +14,9 @@ import torch
 from coalign import envs
 from coalign.envs.base import TextEnv
 from coalign.expert import expert_conversation
+from coalign.formats import lumos_chat
 from coalign.formats_adaplan import format_turn
+from coalign.models import train_tokenizer
 
 
 class ToyEnv(TextEnv):
@@ -51,6 +53,12 @@ class ToyEnv(TextEnv):
             if step.strip().lower().startswith(action):
                 return action
         return None
+
+
+def toy_tokenizer():
+    """A BPE tokenizer trained on the toy expert's episodes."""
+    texts = [lumos_chat(expert_conversation_unregistered(seed)) for seed in range(6)]
+    return train_tokenizer(texts * 4, 400)
 
 
 def expert_conversation_unregistered(seed: int):

@@ -119,7 +119,7 @@ class AlfworldEnv(TextEnv):
         return _clean(str(self._state.get("feedback", ""))) or NOTHING
 
     def _translate(self, action: str) -> str:
-        """"put O in/on R" as "move O to R" where the game offers only the latter (ALFWorld 0.4's grammar),
+        """ "put O in/on R" as "move O to R" where the game offers only the latter (ALFWorld 0.4's grammar),
         so that an agent trained on the household's wording is understood."""
         admissible = self._state.get("admissible_commands") or ()
         put = _PUT.fullmatch(action.lower())
@@ -187,7 +187,8 @@ def _clean(feedback: str) -> str:
     """The game's text without TextWorld's welcome banner ("-= Welcome to TextWorld, ALFRED! =-"), its
     prompt and status line ("> ... -= Kitchen =-0/1") and runs of blank lines."""
     lines = [
-        line.rstrip() for line in feedback.splitlines()
+        line.rstrip()
+        for line in feedback.splitlines()
         if not (line.lstrip().startswith(">") or re.fullmatch(r"\s*-= Welcome to .*=-\s*", line))
     ]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()

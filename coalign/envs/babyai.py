@@ -361,8 +361,10 @@ class BabyAIEnv(TextEnv):
             if ahead and not right:
                 where = [f"right in front of you {_plural(ahead, 'step')} away"]
             parts.append(f"There is a {self.label(obj)} {' and '.join(where)}.")
-        text = ("In front of you in this room, you can see several objects: " + " ".join(parts)) if parts else (
-            "You cannot see any objects in front of you."
+        text = (
+            ("In front of you in this room, you can see several objects: " + " ".join(parts))
+            if parts
+            else ("You cannot see any objects in front of you.")
         )
         env = self.env
         x, y = (int(v) for v in env.agent_pos)

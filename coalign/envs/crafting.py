@@ -132,8 +132,8 @@ class CraftingEnv(TextEnv):
     name = "crafting"
     max_steps = 30
     instructions = (
-        "Craft the goal item. Actions: \"get N item\" for base materials, \"craft N X using a A, b B\" "
-        "following the crafting commands given, \"inventory\" to see what you hold."
+        'Craft the goal item. Actions: "get N item" for base materials, "craft N X using a A, b B" '
+        'following the crafting commands given, "inventory" to see what you hold.'
     )
 
     def __init__(self) -> None:

@@ -32,19 +32,44 @@ LAMP = "desklamp 1"
 
 OPENABLE = frozenset({"fridge", "microwave", "cabinet", "drawer"})
 INSIDE = frozenset({"fridge", "microwave", "cabinet", "drawer", "sinkbasin", "garbagecan"})  # "in"; others "on"
-APPLIANCE = {"pick_clean_then_place": "sinkbasin 1", "pick_heat_then_place": "microwave 1",
-             "pick_cool_then_place": "fridge 1"}
+APPLIANCE = {
+    "pick_clean_then_place": "sinkbasin 1",
+    "pick_heat_then_place": "microwave 1",
+    "pick_cool_then_place": "fridge 1",
+}
 STATE = {"pick_clean_then_place": "clean", "pick_heat_then_place": "hot", "pick_cool_then_place": "cool"}
 VERB = {"sinkbasin": "clean", "microwave": "heat", "fridge": "cool"}
 UNDOES = {"hot": "cool", "cool": "hot"}
 
 KITCHEN = ("fridge 1", "microwave 1", "sinkbasin 1")
-KITCHEN_EXTRA = ("cabinet 1", "cabinet 2", "cabinet 3", "countertop 1", "countertop 2", "drawer 1", "drawer 2",
-                 "diningtable 1", "garbagecan 1", "shelf 1")
+KITCHEN_EXTRA = (
+    "cabinet 1",
+    "cabinet 2",
+    "cabinet 3",
+    "countertop 1",
+    "countertop 2",
+    "drawer 1",
+    "drawer 2",
+    "diningtable 1",
+    "garbagecan 1",
+    "shelf 1",
+)
 BEDROOM = ("desk 1", "sidetable 1")
 BEDROOM_EXTRA = ("bed 1", "cabinet 1", "drawer 1", "drawer 2", "dresser 1", "garbagecan 1", "shelf 1", "shelf 2")
-KITCHEN_OBJECTS = ("apple", "bowl", "bread", "cup", "egg", "knife", "lettuce", "mug", "plate", "potato", "spoon",
-                   "tomato")
+KITCHEN_OBJECTS = (
+    "apple",
+    "bowl",
+    "bread",
+    "cup",
+    "egg",
+    "knife",
+    "lettuce",
+    "mug",
+    "plate",
+    "potato",
+    "spoon",
+    "tomato",
+)
 BEDROOM_OBJECTS = ("alarmclock", "book", "cd", "cellphone", "creditcard", "keychain", "pen", "pencil")
 TASK_OBJECTS = {
     "pick_clean_then_place": ("apple", "bowl", "cup", "knife", "lettuce", "mug", "plate", "potato", "spoon", "tomato"),
@@ -73,7 +98,7 @@ ACTIONS = (  # verb, pattern; groups are entity names (and the preposition for p
 
 
 def kind(name: str) -> str:
-    """"cabinet 2" -> "cabinet"."""
+    """ "cabinet 2" -> "cabinet"."""
     return name.rsplit(" ", 1)[0]
 
 
@@ -350,7 +375,8 @@ class _Planner:
             self.holding = None
         env = self.env
         candidates = [
-            o for o, r in env.where.items()
+            o
+            for o, r in env.where.items()
             if kind(o) == target and o not in self.taken and not (r == counted and env._qualifies(o))
         ]
         obj = min(candidates, key=lambda o: (not env._qualifies(o), _order(o)))

@@ -213,8 +213,9 @@ class IQAEnv(PlannedEnv):
         """Moves from every pose to the nearest that shows the subject (breadth-first from those, backwards);
         it depends on the layout only, so it is computed once per episode."""
         cells = self.cells
-        poses = [(r, c, h) for r in range(1, ROWS + 1) for c in range(1, COLS + 1) if (r, c) not in cells
-                 for h in HEADINGS]
+        poses = [
+            (r, c, h) for r in range(1, ROWS + 1) for c in range(1, COLS + 1) if (r, c) not in cells for h in HEADINGS
+        ]
         before: dict[Pose, list[Pose]] = {pose: [] for pose in poses}
         for pose in poses:
             for move in MOVES:

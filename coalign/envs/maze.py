@@ -39,9 +39,7 @@ WALL_WORDS = (("right", "to your right"), ("left", "to your left"), ("up", "abov
 MIN_DISTANCE, MAX_DISTANCE = 3, 12
 Cell = tuple[int, int]
 
-OPEN: tuple[Cell, ...] = tuple(
-    (r, c) for r, row in enumerate(LAYOUT) for c, ch in enumerate(row) if ch == "."
-)
+OPEN: tuple[Cell, ...] = tuple((r, c) for r, row in enumerate(LAYOUT) for c, ch in enumerate(row) if ch == ".")
 _MOVE = re.compile(r"\bmove (up|down|left|right)\b")
 
 

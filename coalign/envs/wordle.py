@@ -124,9 +124,9 @@ class WordleEnv(TextEnv):
     name = "wordle"
     max_steps = 12
     instructions = (
-        "Guess the hidden 5-letter word in 6 tries. Write a guess as spaced letters, e.g. \"c r a n e\". "
+        'Guess the hidden 5-letter word in 6 tries. Write a guess as spaced letters, e.g. "c r a n e". '
         "Feedback per letter: g = right place, y = in the word elsewhere, b = not in the word. "
-        "A word not in the vocabulary is answered \"invalid word\"."
+        'A word not in the vocabulary is answered "invalid word".'
     )
 
     def __init__(self) -> None:

@@ -19,34 +19,23 @@ from coalign.grpo_stages import Stage
 from coalign.models import load_model, load_tokenizer
 from coalign.rewards import reward_functions
 from coalign.rollout import RolloutSpec, make_rollout_func
-from coalign.stages.training import train_and_save
+from coalign.stages.training import common_args, train_and_save
 
 
 def grpo_config(settings: GRPOSettings, stage: Stage, out: Path, seed: int, reward_weights: list[float]) -> GRPOConfig:
     """TRL's arguments for one stage from our settings."""
     return GRPOConfig(
+        **common_args(settings, out, seed),
         reward_weights=reward_weights,
-        output_dir=str(out / "trainer"),
         num_train_epochs=settings.epochs.get(stage.name, stage.epochs),
-        learning_rate=settings.learning_rate,
-        per_device_train_batch_size=settings.batch_size,
-        gradient_accumulation_steps=settings.grad_accum,
         num_generations=settings.num_generations,
         temperature=settings.temperature,
         top_p=settings.top_p,
         beta=settings.beta,
         epsilon=settings.epsilon,
         mask_truncated_completions=settings.mask_truncated_completions,
-        warmup_steps=settings.warmup_ratio,  # a float below 1 is a ratio in transformers 5
-        lr_scheduler_type=settings.lr_scheduler,
-        logging_steps=settings.logging_steps,
         save_strategy="steps",
         save_steps=settings.save_steps,
-        report_to=[],
-        seed=seed,
-        data_seed=seed,
-        bf16=settings.bf16,
-        dataloader_num_workers=0,
         log_completions=False,
     )
 

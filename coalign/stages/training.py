@@ -9,32 +9,39 @@ import torch
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.utils import logging as hf_logging
 
-from coalign.config import DPOSettings, SFTSettings
+from coalign.config import DPOSettings, GRPOSettings, SFTSettings
 from coalign.runs import atomic_dir
 
 
-def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> dict:
-    """Keyword arguments common to TRL's SFTConfig and DPOConfig."""
-    grouped = getattr(settings, "group_by_length", False)
+def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, seed: int) -> dict:
+    """Keyword arguments every TRL trainer config of ours takes (SFT, DPO, GRPO)."""
     return dict(
-        train_sampling_strategy="group_by_length" if grouped else "random",
         output_dir=str(out / "trainer"),
-        num_train_epochs=settings.epochs,
         learning_rate=settings.learning_rate,
         per_device_train_batch_size=settings.batch_size,
         gradient_accumulation_steps=settings.grad_accum,
         warmup_steps=settings.warmup_ratio,  # a float below 1 is a ratio in transformers 5
         lr_scheduler_type=settings.lr_scheduler,
-        weight_decay=settings.weight_decay,
-        max_length=settings.max_length,
         logging_steps=settings.logging_steps,
-        save_strategy="no",
         report_to=[],
         seed=seed,
         data_seed=seed,
         bf16=settings.bf16,
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
+    )
+
+
+def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> dict:
+    """Keyword arguments common to TRL's SFTConfig and DPOConfig."""
+    grouped = getattr(settings, "group_by_length", False)
+    return dict(
+        common_args(settings, out, seed),
+        train_sampling_strategy="group_by_length" if grouped else "random",
+        num_train_epochs=settings.epochs,
+        weight_decay=settings.weight_decay,
+        max_length=settings.max_length,
+        save_strategy="no",
     )
 
 
