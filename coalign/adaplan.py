@@ -118,14 +118,35 @@ def plan_tokens(tokenizer, completion: Sequence[int]) -> int:
     return lo
 
 
-def expert_guide(tokenizer, episode: Episode, every: int) -> str:
+Guide = Callable[[object, Sequence[Episode], int], list[str]]  # (tokenizer, episodes, every) -> turn openings
+
+
+def expert_guide(tokenizer, episodes: Sequence[Episode], every: int) -> list[str]:
     """PilotRL stage 1's guide: on turns where a plan is due, the expert's remaining plan from the state
     reached, as the plan block the model's turn starts with; nothing on other turns."""
-    env = episode.env
-    t = env.steps_taken
-    if not plan_due(episode.mode, t, every):
-        return ""
-    return format_plan(env.expert_plan(), first=t + 1) + "\n"
+    return [
+        format_plan(e.env.expert_plan(), first=e.env.steps_taken + 1) + "\n"
+        if plan_due(e.mode, e.env.steps_taken, every)
+        else ""
+        for e in episodes
+    ]
+
+
+def model_planner(planner, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0) -> Guide:
+    """A guide by a separate planner model (isolated planner and executor): on turns where a plan is due it
+    writes the plan block (its turn cut after the block), and the executor writes the rest."""
+
+    def guide(tokenizer, episodes: Sequence[Episode], every: int) -> list[str]:
+        due = [i for i, e in enumerate(episodes) if plan_due(e.mode, e.env.steps_taken, every)]
+        texts = [""] * len(episodes)
+        if due:
+            turns = _generate(planner, tokenizer, [episodes[i].ids for i in due], max_new_tokens, temperature, top_p)
+            for i, turn in zip(due, turns, strict=True):
+                text = tokenizer.decode(turn[: plan_tokens(tokenizer, turn)], skip_special_tokens=True)
+                texts[i] = text if not text or text.endswith("\n") else text + "\n"
+        return texts
+
+    return guide
 
 
 @torch.inference_mode()
@@ -146,18 +167,22 @@ def _generate(model, tokenizer, batch: Sequence[list[int]], max_new_tokens: int,
     return completions
 
 
-def take_turn(
-    tokenizer, episode: Episode, completion: list[int], every: int, max_context: int, room: int, given: str = ""
-) -> None:
-    """Apply one generated turn (after the text `given` for it, already in the ids): read it, update the
-    plan (Eq. 1), act, and append the observation."""
-    env = episode.env
-    text = (given + tokenizer.decode(completion, skip_special_tokens=True)).strip()
+def _append_generated(tokenizer, episode: Episode, completion: list[int]) -> None:
     planned = plan_tokens(tokenizer, completion)
     episode.ids += completion
     episode.mask += [1] * len(completion)
     episode.plan_mask += [1] * planned + [0] * (len(completion) - planned)
-    episode.generated_tokens += len(completion)
+
+
+def take_turn(
+    tokenizer, episode: Episode, text: str, begin: int, last: list[int], every: int, max_context: int, room: int
+) -> None:
+    """Apply one turn whose ids from `begin` are in place and whose text is `text` (`last`: the ids written
+    last, which tell whether the turn was ended): read it, update the plan (Eq. 1), act, and append the
+    observation."""
+    env = episode.env
+    text = text.strip()
+    episode.generated_tokens += len(episode.ids) - begin
     episode.messages.append({"role": "assistant", "content": text})
     t = env.steps_taken
     due = plan_due(episode.mode, t, every)
@@ -180,7 +205,7 @@ def take_turn(
         episode.stop = "success" if env.success else ("step limit" if env.steps_taken >= env.max_steps else "failed")
         return
     update = plan_due(episode.mode, env.steps_taken, every)
-    finished = bool(completion) and completion[-1] == tokenizer.eos_token_id
+    finished = bool(last) and last[-1] == tokenizer.eos_token_id
     _append_observation(tokenizer, episode, finished, observation_message(step.observation, update))
     if len(episode.ids) + room > max_context:
         episode.stop = "context"
@@ -199,11 +224,14 @@ def run_episodes(
     top_p: float = 1.0,
     desc: str = "episodes",
     progress: bool = True,
-    guide: Callable[[object, Episode, int], str] | None = None,
+    guide: Guide | None = None,
+    executor=None,
 ) -> list[Episode]:
     """Run the model as an AdaPlan (mode "adaplan", plan updated every `every` steps) or ReAct agent on
     each (environment, seed) task; episodes are batched per turn, longest contexts apart from shortest.
-    `guide(tokenizer, episode, every)` (e.g. `expert_guide`) writes the start of each turn when given."""
+    `guide` (`expert_guide`, `model_planner`) writes the opening of each turn, as context. With `executor`
+    (a second model, isolated planner and executor) the model writes only the plan blocks and the executor
+    the rest of each turn, as context."""
     episodes = [start_episode(tokenizer, name, seed, mode) for name, seed in tasks]
     for episode in episodes:
         if len(episode.ids) + max_new_tokens > max_context:
@@ -214,20 +242,40 @@ def run_episodes(
         while running := sorted((e for e in episodes if e.running), key=lambda e: len(e.ids)):
             for start in range(0, len(running), batch_size):
                 batch = running[start : start + batch_size]
-                given = [guide(tokenizer, e, every) if guide else "" for e in batch]
+                begin = [len(e.ids) for e in batch]
+                given = guide(tokenizer, batch, every) if guide else [""] * len(batch)
                 for episode, text in zip(batch, given, strict=True):
                     if text:
                         _append_context(episode, encode_segment(tokenizer, text, first=False))
-                    if len(episode.ids) + max_new_tokens > max_context:  # a long guide leaves no room
+                    if len(episode.ids) + max_new_tokens > max_context:  # a long opening leaves no room
                         episode.stop = "context"
                         bar.advance(task)
                 keep = [i for i, e in enumerate(batch) if e.running]
-                batch, given = [batch[i] for i in keep], [given[i] for i in keep]
+                batch, begin, given = [batch[i] for i in keep], [begin[i] for i in keep], [given[i] for i in keep]
                 if not batch:
                     continue
-                completions = _generate(model, tokenizer, [e.ids for e in batch], max_new_tokens, temperature, top_p)
-                for episode, completion, text in zip(batch, completions, given, strict=True):
-                    take_turn(tokenizer, episode, completion, every, max_context, max_new_tokens, text)
+                texts, last = _write_turns(model, executor, tokenizer, batch, every, max_new_tokens, temperature, top_p)
+                for episode, text, b, opening, end in zip(batch, texts, begin, given, last, strict=True):
+                    take_turn(tokenizer, episode, opening + text, b, end, every, max_context, max_new_tokens)
                     if not episode.running:
                         bar.advance(task)
     return episodes
+
+
+def _write_turns(model, executor, tokenizer, batch, every, max_new_tokens, temperature, top_p):
+    """The model's part of each turn (appended, trained) and, with an executor, the executor's rest of it
+    (appended as context): each turn's new text and the ids written last."""
+    completions = _generate(model, tokenizer, [e.ids for e in batch], max_new_tokens, temperature, top_p)
+    if executor is not None:
+        due = [plan_due(e.mode, e.env.steps_taken, every) for e in batch]
+        completions = [c[: plan_tokens(tokenizer, c)] if d else [] for c, d in zip(completions, due, strict=True)]
+    texts = []
+    for episode, completion in zip(batch, completions, strict=True):
+        _append_generated(tokenizer, episode, completion)
+        texts.append(tokenizer.decode(completion, skip_special_tokens=True))
+    if executor is None:
+        return texts, completions
+    rests = _generate(executor, tokenizer, [e.ids for e in batch], max_new_tokens, temperature, top_p)
+    for episode, rest in zip(batch, rests, strict=True):
+        _append_context(episode, rest)
+    return [t + tokenizer.decode(r, skip_special_tokens=True) for t, r in zip(texts, rests, strict=True)], rests

@@ -7,7 +7,10 @@
    Rewards: format + end-to-end + plan quality.
 3. joint: plans and actions train together. Rewards: format + end-to-end.
 The ablations: "all" (one stage, every reward, plan and action tokens) and "vanilla" (Vanilla RL: ReAct,
-no plan, format + end-to-end). Orders are lists of these names (`GRPOSettings.order`).
+no plan, format + end-to-end). Isolated planner and executor (the paper's unified-vs-isolated comparison):
+"executor", then "planner_isolated", which trains a second model from the cold start to write the plan
+blocks while the first stage's executor, fixed, writes the rest of each turn; evaluation runs the two
+together. Orders are lists of these names (`GRPOSettings.order`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class Stage:
     train: str  # the generated tokens that train: all, plan or action (`rollout.TRAINS`)
     rewards: tuple[str, ...]
     epochs: float  # the paper's: 1 / 2 / 1; the one-stage ablations get the three stages' 4
+    separate: bool = False  # a second model (from the cold start) beside the previous stage's, fixed
 
 
 STAGES = {
@@ -32,6 +36,16 @@ STAGES = {
     "joint": Stage("joint", "3", "adaplan", False, "all", ("format", "end_to_end"), 1.0),
     "all": Stage("all", "1&2&3", "adaplan", False, "all", ("format", "adherence", "end_to_end", "plan_quality"), 4.0),
     "vanilla": Stage("vanilla", "Vanilla RL", "react", False, "all", ("format", "end_to_end"), 4.0),
+    "planner_isolated": Stage(
+        "planner_isolated",
+        "2 (isolated)",
+        "adaplan",
+        False,
+        "plan",
+        ("format", "end_to_end", "plan_quality"),
+        2.0,
+        separate=True,
+    ),
 }
 
 

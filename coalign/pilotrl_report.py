@@ -22,10 +22,11 @@ NAMES = {
     "order_13": "1->3",
     "order_12": "1->2",
     "order_213": "2->1->3",
+    "isolated": "isolated planner + executor",
 }
 # (variant, baseline) pairs compared per seed when both ran: the paper's claims, then its ablations
-PAIRS = [("adaplan", "react"), ("pilotrl", "adaplan"), ("pilotrl", "vanilla_rl"),
-         *((order, "pilotrl") for order in ("order_all", "order_23", "order_13", "order_12", "order_213"))]  # fmt: skip
+ABLATIONS = ("order_all", "order_23", "order_13", "order_12", "order_213", "isolated")
+PAIRS = [("adaplan", "react"), ("pilotrl", "adaplan"), ("pilotrl", "vanilla_rl"), *((v, "pilotrl") for v in ABLATIONS)]
 
 
 def _fmt(values: list[float], digits: int = 1) -> str:

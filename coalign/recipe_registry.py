@@ -91,6 +91,10 @@ REGISTRY: dict[str, Recipe] = {
             "order_13": {"mode": "adaplan", "rl": {"order": ["executor", "joint"]}},
             "order_12": {"mode": "adaplan", "rl": {"order": ["executor", "planner"]}},
             "order_213": {"mode": "adaplan", "rl": {"order": ["planner", "executor", "joint"]}},
+            "isolated": {  # separate planner and executor models, 2 epochs each: the unified model's 4
+                "mode": "adaplan",
+                "rl": {"order": ["executor", "planner_isolated"], "epochs": {"executor": 2.0}},
+            },
         },
         default_variants=("adaplan", "react", "vanilla_rl", "pilotrl"),  # the paper's main comparison
         bench="coalign.pilotrl_bench:run_pilotrl_bench",

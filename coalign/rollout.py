@@ -91,9 +91,10 @@ def rollout_rows(episodes: Sequence[Episode], train: str, eos_id: int) -> dict:
     }
 
 
-def make_rollout_func(rows: Sequence[dict], spec: RolloutSpec) -> Callable[[list, object], dict]:
+def make_rollout_func(rows: Sequence[dict], spec: RolloutSpec, executor=None) -> Callable[[list, object], dict]:
     """A `rollout_func` for `GRPOTrainer` over the tasks of `prompt_rows`: each prompt's episode is run by
-    the trainer's current policy, sampled at the trainer's temperature and top-p."""
+    the trainer's current policy, sampled at the trainer's temperature and top-p (with `executor`, a fixed
+    second model, the policy writes the plan blocks and the executor the rest of each turn)."""
     tasks = {row["prompt"][-1]["task"]: (row["env"], row["seed"]) for row in rows}
 
     def rollout(prompts: list, trainer) -> dict:
@@ -106,7 +107,7 @@ def make_rollout_func(rows: Sequence[dict], spec: RolloutSpec) -> Callable[[list
         episodes = run_episodes(
             model, tokenizer, chosen, spec.mode, spec.every, spec.max_new_tokens, spec.max_context,
             spec.batch_size, temperature=trainer.args.temperature, top_p=trainer.args.top_p,
-            progress=False, guide=expert_guide if spec.guided else None,
+            progress=False, guide=expert_guide if spec.guided else None, executor=executor,
         )  # fmt: skip
         return rollout_rows(episodes, spec.train, tokenizer.eos_token_id)
 

@@ -182,3 +182,32 @@ def test_the_bench_runs_grpo_variants_from_their_seeds_sft_run(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "PilotRL 1->2->3 − SFT (AdaPlan)" in report
     assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_isolated_planner_and_executor_train_two_models_and_run_together(tmp_path):
+    """The executor trains first (stage 1); the planner, a second model from the cold start, then trains on
+    its plan tokens beside that executor, fixed; evaluation runs the planner's blocks then the executor."""
+    cfg = _config(["executor", "planner_isolated"])
+    results = run_pilotrl(cfg, tmp_path, Console(quiet=True))
+    planner = read_json(tmp_path / "stages" / "grpo2_planner_isolated.json")
+    inputs = str(planner["inputs"])  # run-relative paths
+    assert "checkpoints/sft/" in inputs and "checkpoints/grpo1-executor/" in inputs
+    evaluation = str(read_json(tmp_path / "stages" / "eval_k1.json")["inputs"])
+    assert "grpo1-executor" in evaluation and "grpo2-planner_isolated" in evaluation
+    assert results["k1"]["rl_order"] == ["executor", "planner_isolated"]
+
+
+def test_with_an_executor_the_policy_writes_only_the_plan_blocks():
+    from coalign.adaplan import run_episodes
+    from tests.toy_env import ScriptedModel, toy_tokenizer
+
+    tokenizer = toy_tokenizer()
+    policy = ScriptedModel(
+        tokenizer, text="<global_plan>\nStep 1: step forward\n</global_plan>\nThought: x\nAction: dance"
+    )
+    executor = ScriptedModel(tokenizer, plans=False)
+    (episode,) = run_episodes(policy, tokenizer, [("toy", 0)], "adaplan", progress=False, executor=executor)
+    assert episode.env.success  # the executor's actions, not the policy's "dance"
+    trained = tokenizer.decode([i for i, m in zip(episode.ids, episode.mask) if m])
+    assert "dance" not in trained and "Action:" not in trained and trained.count("</global_plan>") == 2
+    assert episode.plan_mask == episode.mask  # all the policy wrote is plan

@@ -62,11 +62,14 @@ def toy_tokenizer():
 
 
 def expert_conversation_unregistered(seed: int):
+    """The toy expert's episode, for module-scoped fixtures (which run outside a test's registration)."""
+    registered = "toy" in envs.REGISTRY
     envs.REGISTRY["toy"] = "tests.toy_env:ToyEnv"
     try:
         return expert_conversation("toy", seed, "adaplan")
     finally:
-        del envs.REGISTRY["toy"]
+        if not registered:
+            del envs.REGISTRY["toy"]
 
 
 class ScriptedModel:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from coalign.adaplan import run_episodes
+from coalign.adaplan import model_planner, run_episodes
 from coalign.agents import Agent
 from coalign.config import PilotRLSettings, RunConfig
 from coalign.envs import env_class
@@ -66,19 +66,24 @@ def split_average(per_env: dict[str, dict], names: list[str]) -> dict:
     return {k: sum(per_env[n][k] for n in names) / len(names) for k in keys} if names else {}
 
 
-def evaluate(run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool) -> dict:
-    """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/."""
+def evaluate(
+    run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool,
+    planner: str | None = None,
+) -> dict:  # fmt: skip
+    """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/.
+    With `planner`, a separate model writes the plan blocks and the model at `model_path` the rest."""
     name = f"eval_k{every}"
 
     def work() -> None:
         agent = Agent.load(model_path, trust)
+        guide = model_planner(Agent.load(planner, trust).model, settings.max_new_tokens) if planner else None
         names = list(dict.fromkeys([*settings.heldin, *settings.heldout]))
         tasks = [(env, settings.eval_seed + i) for env in names for i in range(settings.eval_tasks)]
         console.print(f"[bold]{name}[/bold]: {settings.eval_tasks} tasks on each of {', '.join(names)} "
                       f"({settings.mode}, plan update every {every})")  # fmt: skip
         episodes = run_episodes(
             agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
-            settings.max_context, settings.batch_size, desc=name,
+            settings.max_context, settings.batch_size, desc=name, guide=guide,
         )  # fmt: skip
         rows = [e.to_json() for e in episodes]
         per_env = {env: summarise([r for r in rows if r["env"] == env]) for env in names}
@@ -97,7 +102,7 @@ def evaluate(run: Run, settings: PilotRLSettings, model_path: str, every: int, c
             },
         )
 
-    run.stage(name, work, [run.path(name)], inputs=[model_path])
+    run.stage(name, work, [run.path(name)], inputs=[model_path, *([planner] if planner else [])])
     return read_json(run.path(name, "metrics.json"))
 
 
@@ -116,10 +121,10 @@ def run_pilotrl(
     if start is not None and not settings.rl:
         raise RunError("a start checkpoint is for the GRPO stages, and pilotrl.rl is not set")
     run = prepare_run(config, run_dir, console, force)
-    model = start or cold_start(run, config, console)
+    model, planner = start or cold_start(run, config, console), None
     if settings.rl:
-        model = grpo_stages(run, config, model, console)
-    return evaluate_all(run, config, model, console)
+        model, planner = grpo_stages(run, config, model, console)
+    return evaluate_all(run, config, model, console, planner)
 
 
 def cold_start(run: Run, config: RunConfig, console: Console) -> str:
@@ -160,30 +165,38 @@ def cold_start(run: Run, config: RunConfig, console: Console) -> str:
     return str(out)
 
 
-def grpo_stages(run: Run, config: RunConfig, init: str, console: Console) -> str:
-    """The GRPO stages of `pilotrl.rl.order`, each from the checkpoint of the one before, on the held-in
-    environments' seeds after the SFT's; the last checkpoint's path."""
+def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tuple[str, str | None]:
+    """The GRPO stages of `pilotrl.rl.order` on the held-in environments' seeds after the SFT's, each from
+    the checkpoint of the one before; a `separate` stage (isolated planner) trains a second model from the
+    cold start `cold` beside the current one, fixed. The paths of the last checkpoint and of a separate
+    planner (None without one)."""
     settings, rl, trust = config.pilotrl, config.pilotrl.rl, config.models.trust_remote_code
     seeds = range(settings.train_tasks, settings.train_tasks + rl.tasks)
     rows = prompt_rows([(name, seed) for name in settings.heldin for seed in seeds], settings.mode)
+    model, planner = cold, None
     for i, name in enumerate(rl.order, 1):
         stage, out = STAGES[name], run.path("checkpoints", f"grpo{i}-{name}")
+        init, executor = (cold, model) if stage.separate else (model, None)
         spec = RolloutSpec(
             stage.mode, rl.update_every, stage.guided, stage.train,
             settings.max_new_tokens, settings.max_context, settings.batch_size,
         )  # fmt: skip
 
-        def train(init: str = init, out: Path = out, stage=stage, spec: RolloutSpec = spec) -> dict:
+        def train(init: str = init, out: Path = out, stage=stage, spec: RolloutSpec = spec, executor=executor) -> dict:
+            beside = f", beside the fixed executor {executor}" if executor else ""
             console.print(f"[bold]grpo stage {stage.label} ({stage.name})[/bold]: {len(rows)} tasks x "
                           f"{rl.num_generations} rollouts, rewards {' + '.join(stage.rewards)}, trains "
-                          f"{stage.train} tokens, from {init}")  # fmt: skip
-            grpo_stage(init, out, rows, stage, rl, spec, seed=config.seed, trust_remote_code=trust)
+                          f"{stage.train} tokens, from {init}{beside}")  # fmt: skip
+            grpo_stage(init, out, rows, stage, rl, spec, config.seed, trust, executor=executor)
             log = read_json(out / "train_log.json")
             return {"tasks": len(rows), "steps": log["steps"], "grpo_stage": stage.name}
 
-        run.stage(f"grpo{i}_{name}", train, [out], inputs=[init])
-        init = str(out)
-    return init
+        run.stage(f"grpo{i}_{name}", train, [out], inputs=[init, *([executor] if executor else [])])
+        if stage.separate:
+            planner = str(out)
+        else:
+            model = str(out)
+    return model, planner
 
 
 def longest_turn(tokenizer, conversations: list[list[dict]]) -> int:
@@ -193,11 +206,11 @@ def longest_turn(tokenizer, conversations: list[list[dict]]) -> int:
     return max((len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in turns), default=0)
 
 
-def evaluate_all(run: Run, config: RunConfig, model_path: str, console: Console) -> dict:
+def evaluate_all(run: Run, config: RunConfig, model_path: str, console: Console, planner: str | None = None) -> dict:
     """AdaPlan at each plan-update interval of `eval_update_every` (ReAct once); metrics.json holds them all."""
     settings, trust = config.pilotrl, config.models.trust_remote_code
     everies = settings.eval_update_every if settings.mode == "adaplan" else [1]
-    results = {f"k{k}": evaluate(run, settings, model_path, k, console, trust) for k in everies}
+    results = {f"k{k}": evaluate(run, settings, model_path, k, console, trust, planner) for k in everies}
     write_json(run.path("metrics.json"), results)
     return results
 

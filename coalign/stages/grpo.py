@@ -50,8 +50,10 @@ def grpo_stage(
     seed: int = 0,
     trust_remote_code: bool = False,
     judge=None,
+    executor: str | Path | None = None,
 ) -> Path:
-    """Train the model at `init` by GRPO on the tasks of `rows` (`rollout.prompt_rows`); save it to `out`."""
+    """Train the model at `init` by GRPO on the tasks of `rows` (`rollout.prompt_rows`); save it to `out`.
+    `executor`: a fixed model that writes the rest of each turn after the policy's plan block."""
     out = Path(out)
     if not rows:
         raise ValueError(f"no training tasks for {out}: the dataset is empty")
@@ -60,6 +62,7 @@ def grpo_stage(
     weights = {name: settings.weights.get(name, 0.0) for name in stage.rewards}
     funcs, reward_weights = reward_functions(weights, slack=settings.slack, judge=judge)
     config = grpo_config(settings, stage, out, seed, reward_weights)
+    fixed = load_model(executor, trust_remote_code, dtype="float32") if executor else None
 
     def trainer() -> GRPOTrainer:
         return GRPOTrainer(
@@ -68,7 +71,7 @@ def grpo_stage(
             args=config,
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
-            rollout_func=make_rollout_func(rows, spec),
+            rollout_func=make_rollout_func(rows, spec, fixed),
         )
 
     checkpoints = out / "trainer"
