@@ -41,15 +41,16 @@ def _runs(results: dict, variant: str, k: str = "k1") -> list[dict]:
     return [runs[str(s)][k] for s in results["seeds"] if str(s) in runs and k in runs[str(s)]]
 
 
-def success_table(results: dict) -> str:
-    """Success rate (%) per environment and split average, mean ± std over seeds, plan updated every step."""
+def success_table(results: dict, measure: str = "success") -> str:
+    """A measure (success rate, or the share of turns well formed; %) per environment and split average,
+    mean ± std over seeds, plan updated every step."""
     envs = [*results["heldin"], *results["heldout"]]
-    headers = ["success (%)", *envs, "held-in avg", "held-out avg"]
+    headers = [f"{measure} (%)", *envs, "held-in avg", "held-out avg"]
     rows = []
     for variant in results["runs"]:
-        blocks = _runs(results, variant)
-        cells = [_fmt([b["envs"][e]["success"] for b in blocks]) for e in envs]
-        cells += [_fmt([b[split]["success"] for b in blocks if b[split]]) for split in ("heldin", "heldout")]
+        blocks = [b for b in _runs(results, variant) if measure in b["heldin"] or measure in b["heldout"]]
+        cells = [_fmt([b["envs"][e][measure] for b in blocks]) for e in envs]
+        cells += [_fmt([b[split][measure] for b in blocks if b[split]]) for split in ("heldin", "heldout")]
         rows.append([NAMES.get(variant, variant), *cells])
     return _table(headers, rows)
 
@@ -120,6 +121,9 @@ def report_markdown(results: dict) -> str:
         f"# PilotRL bench, seeds {seeds}",
         "Success rate (%) over each environment's evaluation tasks, mean ± sample std over seeds.",
         success_table(results),
+        "Turns written in the format (%: a plan block when one is due, a thought and an action, nothing"
+        " malformed), the GRPO format reward's measure:",
+        success_table(results, "well_formed"),
     ]
     pairs = [pair for pair in PAIRS if set(pair) <= set(results["runs"])]
     if pairs:

@@ -69,10 +69,12 @@ def test_observation_tokens_get_no_loss(tmp_path):
 
 
 def test_summaries_average_each_measure():
-    rows = [{"success": True, "reward": 1.0, "steps": 3, "tokens": 40, "stop": "success"},
-            {"success": False, "reward": 0.0, "steps": 8, "tokens": 100, "stop": "step limit"}]  # fmt: skip
+    ok, bad = {"errors": []}, {"errors": ["no Action: line"]}
+    rows = [{"success": True, "reward": 1.0, "steps": 3, "tokens": 40, "stop": "success", "turns": [ok] * 3},
+            {"success": False, "reward": 0.0, "steps": 8, "tokens": 100, "stop": "limit", "turns": [bad]}]  # fmt: skip
     assert summarise(rows) == {"tasks": 2, "success": 50.0, "reward": 0.5, "steps": 5.5, "tokens": 70.0,
-                               "stops": {"success": 1, "step limit": 1}}  # fmt: skip
+                               "well_formed": 75.0, "stops": {"success": 1, "limit": 1}}  # fmt: skip
+    assert summarise([{**rows[1], "turns": []}])["well_formed"] == 0.0
 
 
 def test_a_recipe_without_data_is_refused_unless_pilotrl():

@@ -45,25 +45,44 @@ def training_episodes(settings: PilotRLSettings, seed: int) -> list[dict]:
 
 
 def summarise(episodes: list[dict]) -> dict:
-    """Success rate (%), mean reward, steps and generated tokens per task, and how episodes stopped."""
+    """Success rate (%), mean reward, steps and generated tokens per task, the share of turns written in
+    the format (%, none when no turn was taken), and how episodes stopped."""
     n = len(episodes)
     stops: dict[str, int] = {}
     for e in episodes:
         stops[e["stop"]] = stops.get(e["stop"], 0) + 1
+    turns = [t for e in episodes for t in e["turns"]]
     return {
         "tasks": n,
         "success": 100 * sum(e["success"] for e in episodes) / n,
         "reward": sum(e["reward"] for e in episodes) / n,
         "steps": sum(e["steps"] for e in episodes) / n,
         "tokens": sum(e["tokens"] for e in episodes) / n,
+        "well_formed": 100 * sum(not t["errors"] for t in turns) / len(turns) if turns else 0.0,
         "stops": stops,
     }
 
 
 def split_average(per_env: dict[str, dict], names: list[str]) -> dict:
     """Unweighted mean over a split's environments (the paper's ID / OOD averages)."""
-    keys = ("success", "reward", "steps", "tokens")
+    keys = ("success", "reward", "steps", "tokens", "well_formed")
     return {k: sum(per_env[n][k] for n in names) / len(names) for k in keys} if names else {}
+
+
+def eval_metrics(rows: list[dict], settings: PilotRLSettings, every: int) -> dict:
+    """An evaluation's metrics from its episode records: per environment and per split."""
+    names = list(dict.fromkeys(r["env"] for r in rows))
+    per_env = {env: summarise([r for r in rows if r["env"] == env]) for env in names}
+    return {
+        "mode": settings.mode,
+        "rl_order": settings.rl.order if settings.rl else None,
+        "update_every": every,
+        "envs": per_env,
+        "heldin_envs": list(settings.heldin),
+        "heldout_envs": list(settings.heldout),
+        "heldin": split_average(per_env, settings.heldin),
+        "heldout": split_average(per_env, settings.heldout),
+    }
 
 
 def evaluate(
@@ -86,24 +105,12 @@ def evaluate(
             settings.max_context, settings.batch_size, desc=name, guide=guide,
         )  # fmt: skip
         rows = [e.to_json() for e in episodes]
-        per_env = {env: summarise([r for r in rows if r["env"] == env]) for env in names}
         write_jsonl(run.path(name, "episodes.jsonl"), rows)
-        write_json(
-            run.path(name, "metrics.json"),
-            {
-                "mode": settings.mode,
-                "rl_order": settings.rl.order if settings.rl else None,
-                "update_every": every,
-                "envs": per_env,
-                "heldin_envs": list(settings.heldin),
-                "heldout_envs": list(settings.heldout),
-                "heldin": split_average(per_env, settings.heldin),
-                "heldout": split_average(per_env, settings.heldout),
-            },
-        )
+        write_json(run.path(name, "metrics.json"), eval_metrics(rows, settings, every))
 
     run.stage(name, work, [run.path(name)], inputs=[model_path, *([planner] if planner else [])])
-    return read_json(run.path(name, "metrics.json"))
+    # recomputed from the episodes, so a run evaluated before a measure was added reports it too
+    return eval_metrics([row for _, row in read_jsonl(run.path(name, "episodes.jsonl"))], settings, every)
 
 
 def run_pilotrl(
