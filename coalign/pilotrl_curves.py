@@ -21,6 +21,7 @@ PANELS = (
     ("adherence", "executor: adherence reward"),
     ("plan_quality", "planner: plan-quality reward"),
     ("end_to_end", "end-to-end reward"),
+    ("format", "format reward (every stage)"),
 )
 
 
@@ -132,15 +133,16 @@ def _series(stages: list[dict], key: str) -> tuple[list[float], list[float]]:
 
 
 def plot_curves(curves: dict[str, list[dict]], path: str | Path) -> Path:
-    """Figure 3's three panels (executor adherence, planner plan quality, end-to-end reward) against the
-    global step, one line per variant, its stage boundaries dotted; written atomically as a PNG."""
+    """Figure 3's three panels (executor adherence, planner plan quality, end-to-end reward) and the format
+    reward every stage uses, against the global step, one line per variant, its stage boundaries dotted;
+    written atomically as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.3 * len(PANELS), 3.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (variant, stages) in enumerate(curves.items()):
         color = colors[i % len(colors)]

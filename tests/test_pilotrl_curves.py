@@ -140,7 +140,7 @@ def test_plot_writes_a_png_with_three_panels(tmp_path: Path, monkeypatch: pytest
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 1000
     assert [p.name for p in out.parent.iterdir()] == ["curves.png"]  # no temporary file left
     (fig,) = figures
-    executor, planner, e2e = fig.axes
+    executor, planner, e2e, _ = fig.axes
     assert [line.get_label() for line in e2e.lines if not line.get_label().startswith("_")] == [
         "pilotrl (1->2->3)", "all (1)"]  # fmt: skip
     xs, ys = executor.lines[0].get_data()
