@@ -12,7 +12,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from coalign.critic_options import check_critic_options
+from coalign.critic_options import check_critic_options, check_judge_options
 from coalign.recipe_registry import RECIPES
 
 
@@ -215,6 +215,12 @@ class GRPOSettings(Settings):
         description="weight of each normalized reward component; a stage sums those it uses",
     )
     slack: int = Field(2, ge=0, description="end-to-end 2 = success within the optimal steps + slack")
+    judge: Literal["rule", "llm"] = Field("rule", description="adherence by rule, or an LLM where rules cannot tell")
+    judge_options: dict = Field(
+        {},
+        description="the LLM judge's endpoint (base_url, model, api_key_env, timeout_s, ...) and budget "
+        "(max_calls, max_retries, backoff_s, max_delay_s)",
+    )
     mask_truncated_completions: bool = False
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
     lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "constant"
@@ -231,6 +237,7 @@ class GRPOSettings(Settings):
             raise ValueError(f"unknown GRPO stage {unknown[0]!r}; the stages are {', '.join(STAGES)}")
         if any(epochs <= 0 for epochs in self.epochs.values()):
             raise ValueError(f"epochs must be > 0: {self.epochs}")
+        check_judge_options(self.judge, self.judge_options)
         if self.batch_size % self.num_generations:
             raise ValueError(
                 f"batch_size {self.batch_size} is not a multiple of num_generations {self.num_generations}"

@@ -86,3 +86,38 @@ def check_critic_options(critic: str, options: dict) -> None:
             CriticBudget(**budget)
         except TypeError as exc:
             raise ValueError(f"critic_options do not fit the llm critic: {exc}") from None
+
+
+JUDGE_BUDGET = ("max_calls", "max_retries", "backoff_s", "max_delay_s")  # `rewards.AdherenceJudge`'s
+
+
+def split_judge_options(options: dict) -> tuple[OpenAIOptions, dict]:
+    """PilotRL's LLM adherence judge (`pilotrl.rl.judge_options`): its endpoint and its budget; ValueError
+    naming an unknown, missing or secret option."""
+    secret = sorted(name for name in options if str(name).lower() in SECRET_OPTIONS)
+    if secret:
+        raise ValueError(
+            f"judge_options.{secret[0]}: a secret in the config is saved with the run; put the key in an "
+            "environment variable and give its name as judge_options.api_key_env"
+        )
+    endpoint = set(BACKEND_OPTIONS["openai"])
+    unknown = sorted(set(options) - endpoint - set(JUDGE_BUDGET))
+    if unknown:
+        raise ValueError(f"unknown judge option(s) {unknown}; known: {sorted(endpoint | set(JUDGE_BUDGET))}")
+    url = urlsplit(str(options.get("base_url", "")))
+    if url.username or url.password or url.query:
+        raise ValueError("judge_options.base_url must not hold credentials or a query; use api_key_env for the key")
+    try:
+        openai = OpenAIOptions(**{k: v for k, v in options.items() if k in endpoint})
+    except TypeError as exc:
+        raise ValueError(f"judge_options need base_url and model: {exc}") from None
+    return openai, {k: v for k, v in options.items() if k in JUDGE_BUDGET}
+
+
+def check_judge_options(judge: str, options: dict) -> None:
+    """ValueError unless `options` build the LLM judge (and are empty for the rule judge)."""
+    if judge != "llm":
+        if options:
+            raise ValueError(f"judge_options apply to judge 'llm' only; judge is '{judge}'")
+        return
+    split_judge_options(options)

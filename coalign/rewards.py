@@ -46,7 +46,8 @@ from typing import Any, NamedTuple
 from coalign.envs import REGISTRY, TextEnv, make_env
 from coalign.envs.base import MAX_ACTION_CHARS, clean_action
 from coalign.expert import plan_quality
-from coalign.stages.critic import FAILURE_KINDS, RETRYABLE, CallError, Complete
+from coalign.critic_options import split_judge_options
+from coalign.stages.critic import FAILURE_KINDS, RETRYABLE, CallError, Complete, OpenAIChat
 
 COMPONENTS = ("format", "adherence", "end_to_end", "plan_quality")
 PARTLY = 0.5  # the Dice coefficient from which a different action partly follows the step
@@ -354,3 +355,9 @@ def reward_functions(
     if not chosen:
         raise ValueError(f"no reward component has a nonzero weight: {dict(weights)}")
     return RewardFunctions([_trl_reward(name, scorers[name]) for name in chosen], [float(weights[n]) for n in chosen])
+
+
+def llm_judge(options: dict) -> AdherenceJudge:
+    """The adherence judge a config's `pilotrl.rl.judge_options` describe, over an OpenAI-compatible endpoint."""
+    endpoint, budget = split_judge_options(options)
+    return AdherenceJudge(OpenAIChat(endpoint), **budget)

@@ -211,3 +211,32 @@ def test_with_an_executor_the_policy_writes_only_the_plan_blocks():
     trained = tokenizer.decode([i for i, m in zip(episode.ids, episode.mask) if m])
     assert "dance" not in trained and "Action:" not in trained and trained.count("</global_plan>") == 2
     assert episode.plan_mask == episode.mask  # all the policy wrote is plan
+
+
+def test_the_llm_adherence_judge_is_built_from_the_config_and_calls_the_endpoint(server):
+    from coalign.rewards import llm_judge
+    from tests.fault_server import KEY, Reply
+
+    options = {"base_url": server.url, "model": "judge-m", "api_key_env": "COALIGN_TEST_KEY", "max_calls": 1}
+    rl = GRPOSettings(**{**RL, "judge": "llm", "judge_options": options})
+    judge = llm_judge(rl.judge_options)
+    server.script = [Reply("Score: 1")]
+    assert judge.score("go to fridge 1", "go to cabinet 2", "You arrive at cabinet 2.", fallback=0) == 1
+    assert server.bodies[0]["model"] == "judge-m" and server.auth == [f"Bearer {KEY}"]
+    assert judge.score("go to fridge 1", "open fridge 1", "You open it.", fallback=2) == 2  # budget spent: rule
+    assert len(server.bodies) == 1 and KEY not in repr(judge)
+
+
+@pytest.mark.parametrize(
+    ("judge", "options", "message"),
+    [
+        ("rule", {"model": "m"}, "apply to judge 'llm' only"),
+        ("llm", {"base_url": "http://h/v1", "model": "m", "api_key": "sk-x"}, "judge_options.api_key: a secret"),
+        ("llm", {"base_url": "http://h/v1", "model": "m", "max_concurrency": 4}, "unknown judge option"),
+        ("llm", {"model": "m"}, "need base_url and model"),
+        ("llm", {"base_url": "http://u:p@h/v1", "model": "m"}, "must not hold credentials"),
+    ],
+)
+def test_judge_options_are_checked_when_the_config_loads(judge, options, message):
+    with pytest.raises(ValueError, match=message):
+        GRPOSettings(**{**RL, "judge": judge, "judge_options": options})

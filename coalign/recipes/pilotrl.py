@@ -25,6 +25,7 @@ from coalign.formats import lumos_chat
 from coalign.grpo_stages import STAGES
 from coalign.models import load_tokenizer, make_tiny_model
 from coalign.recipes.shared import prepare_run
+from coalign.rewards import llm_judge
 from coalign.rollout import RolloutSpec, prompt_rows
 from coalign.runs import Run, atomic_dir, read_json, write_json, write_jsonl
 from coalign.stages.grpo import grpo_stage
@@ -194,9 +195,11 @@ def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tup
             console.print(f"[bold]grpo stage {stage.label} ({stage.name})[/bold]: {len(rows)} tasks x "
                           f"{rl.num_generations} rollouts, rewards {' + '.join(stage.rewards)}, trains "
                           f"{stage.train} tokens, from {init}{beside}")  # fmt: skip
-            grpo_stage(init, out, rows, stage, rl, spec, config.seed, trust, executor=executor)
+            judge = llm_judge(rl.judge_options) if rl.judge == "llm" and "adherence" in stage.rewards else None
+            grpo_stage(init, out, rows, stage, rl, spec, config.seed, trust, judge=judge, executor=executor)
             log = read_json(out / "train_log.json")
-            return {"tasks": len(rows), "steps": log["steps"], "grpo_stage": stage.name}
+            record = {"tasks": len(rows), "steps": log["steps"], "grpo_stage": stage.name}
+            return {**record, "judge": judge.stats} if judge else record
 
         run.stage(f"grpo{i}_{name}", train, [out], inputs=[init, *([executor] if executor else [])])
         if stage.separate:
