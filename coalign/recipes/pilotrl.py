@@ -152,7 +152,9 @@ def cold_start(run: Run, config: RunConfig, console: Console) -> str:
 
     def train() -> dict:
         console.print(f"[bold]sft[/bold]: {len(conversations)} episodes ({settings.mode}) from {init}")
-        sft_conversations(init, conversations, out, settings.sft, seed=config.seed, trust_remote_code=trust)
+        sft_conversations(
+            init, conversations, out, settings.sft, seed=config.seed, trust_remote_code=trust, lora=config.lora
+        )
         return {"episodes": len(conversations), **read_json(out / "train_log.json")}
 
     run.stage("sft", train, [out], inputs=[init, episodes])
@@ -187,7 +189,7 @@ def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tup
             console.print(f"[bold]grpo stage {stage.label} ({stage.name})[/bold]: {len(rows)} tasks x "
                           f"{rl.num_generations} rollouts, rewards {' + '.join(stage.rewards)}, trains "
                           f"{stage.train} tokens, from {init}{beside}")  # fmt: skip
-            grpo_stage(init, out, rows, stage, rl, spec, config.seed, trust, executor=executor)
+            grpo_stage(init, out, rows, stage, rl, spec, config.seed, trust, executor=executor, lora=config.lora)
             log = read_json(out / "train_log.json")
             return {"tasks": len(rows), "steps": log["steps"], "grpo_stage": stage.name}
 
