@@ -32,6 +32,7 @@ from coalign.expert import expert_conversation
 from coalign.formats import lumos_chat, lumos_generation_prompt, planner_prompt
 from coalign.grpo_stages import STAGES
 from coalign.models import adapter_base, is_adapter, load_model, make_tiny_model
+from coalign.recipes.moat import run_moat
 from coalign.recipes.pilotrl import run_pilotrl
 from coalign.rollout import prompt_rows
 from coalign.runs import Run, read_json
@@ -41,6 +42,7 @@ from coalign.stages.dpo import dpo
 from coalign.stages.grpo import grpo_stage
 from coalign.stages.sft import sft
 from tests.test_grpo import RL, TINY, _config, _spec
+from tests.test_moat import MOAT
 
 SPEC = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 PAIRS = [(3, 4), (15, 27), (8, 61), (5, 9)]
@@ -216,6 +218,16 @@ def test_a_lora_grpo_stage_trains_the_adapter_and_resumes_from_its_checkpoint(to
 
 def _varied(episode, **_) -> list[float]:
     return [float(i % 2) for i in range(len(episode))]
+
+
+def test_a_lora_moat_run_trains_adapters_in_its_sft_dpo_and_round_stages(tmp_path):
+    """Cold-start SFT, planner DPO and grounder SFT of a round: every checkpoint an adapter over the tiny base."""
+    config = load_config("tiny", {**MOAT, "lora": {"r": 4, "merge": False}})
+    history = run_moat(config, tmp_path, Console(quiet=True))
+    assert set(history) == {"round0", "round1"} and read_json(tmp_path / "stages" / "round1_dpo.json")["pairs"]
+    base = str((tmp_path / "models" / "tiny-init").resolve())
+    for name in ("planner_sft", "grounder_sft", "round1_planner", "round1_grounder_sft"):
+        assert is_adapter(tmp_path / "checkpoints" / name) and adapter_base(tmp_path / "checkpoints" / name) == base
 
 
 def _load(tmp_path, body: str):
