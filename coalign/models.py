@@ -130,7 +130,11 @@ def adapter_base(folder: str | Path) -> str:
     `training.save_adapter`), so a moved run folder still loads; a hub id or absolute path stands as it is."""
     base = json.loads((Path(folder) / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
     local = Path(folder) / base
-    return str(local.resolve()) if local.is_dir() else base
+    if local.is_dir():
+        return str(local.resolve())
+    if base.startswith("."):  # ours, and not there: a hub id never starts so
+        raise RunError(f"{folder} is a LoRA adapter whose base model {base} (relative to it) is missing")
+    return base
 
 
 def load_model(

@@ -28,6 +28,7 @@ from coalign.config import (
     config_to_yaml,
     load_config,
 )
+from coalign.errors import RunError
 from coalign.expert import expert_conversation
 from coalign.formats import lumos_chat, lumos_generation_prompt, planner_prompt
 from coalign.grpo_stages import STAGES
@@ -111,6 +112,9 @@ def test_an_unmerged_lora_sft_saves_the_adapter_alone_and_loads_merged_anywhere(
     assert torch.allclose(_logits(load_model(moved / "checkpoints" / "sft")), _logits(merged))
     ((completion,),) = generate(Agent.load(str(moved / "checkpoints" / "sft")), [EXAMPLES[0][0]], 8)
     assert isinstance(completion, str)
+    alone = shutil.copytree(moved / "checkpoints" / "sft", tmp_path / "alone")  # without its base
+    with pytest.raises(RunError, match=r"LoRA adapter whose base model ../../models/tiny \(relative to it\) is"):
+        load_model(alone)
 
 
 class Recorded(DPOTrainer):
