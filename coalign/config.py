@@ -285,6 +285,57 @@ class PilotRLSettings(Settings):
         return self
 
 
+def qlora_missing() -> str | None:
+    """What this machine lacks for a 4-bit base (bitsandbytes kernels run on CUDA only), or None."""
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return "a CUDA GPU"
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return "bitsandbytes (pip install bitsandbytes)"
+    return None
+
+
+class LoraSettings(Settings):
+    """Low-rank adapters (PEFT's LoRA) trained instead of every weight, in every SFT, DPO and GRPO stage.
+
+    `merge: true` (default) saves each stage's checkpoint as a plain model (the adapter merged into its
+    base), so the next stage, generation and any other tool load it like the base, and each stage trains a
+    fresh adapter on the last; `false` saves the adapter alone (MBs, not GBs) beside the tokenizer, its base
+    recorded relative to it, and the next stage trains the same adapter on."""
+
+    r: int = Field(16, ge=1, description="rank")
+    alpha: int = Field(32, ge=1, description="the update is scaled by alpha / r")
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: str | list[str] = Field(
+        "all-linear", description="'all-linear' (every linear layer but the output head) or module names"
+    )
+    bias: Literal["none", "all", "lora_only"] = "none"
+    qlora: bool = Field(False, description="the frozen base in 4 bits (NF4, bitsandbytes): CUDA only")
+    merge: bool = True
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _targets(cls, value):
+        """Checked before the type, so a wrong value is one error, not one per member of the union."""
+        names = isinstance(value, list) and value and all(isinstance(name, str) and name for name in value)
+        if value != "all-linear" and not names:
+            raise ValueError(f"'all-linear' or a non-empty list of module names (q_proj, v_proj, ...), got {value!r}")
+        return value
+
+    @field_validator("qlora")
+    @classmethod
+    def _runs_here(cls, on: bool) -> bool:
+        """Refused when the config is read, not hours later when the first stage loads its model."""
+        if on and (missing := qlora_missing()):
+            raise ValueError(
+                f"lora.qlora needs {missing}; set lora.qlora: false to train LoRA on a full-precision base"
+            )
+        return on
+
+
 class RunConfig(Settings):
     name: str
     recipe: str = Field("lumos", description="a recipe of `recipe_registry.REGISTRY`: lumos, moat, pilotrl")
@@ -302,6 +353,7 @@ class RunConfig(Settings):
     moat: MoatSettings = MoatSettings()
     eval: EvalSettings = EvalSettings()
     pilotrl: PilotRLSettings = PilotRLSettings()
+    lora: LoraSettings | None = Field(None, description="LoRA adapters in every training stage; none: full fine-tuning")
 
     @model_validator(mode="after")
     def _has_data(self) -> "RunConfig":
@@ -388,7 +440,10 @@ def _merge(base: dict, top: dict) -> dict:
 
 
 def config_to_yaml(config: RunConfig) -> str:
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """The config as saved in a run folder; without LoRA no `lora` key, so runs saved before it resume."""
+    return yaml.safe_dump(
+        config.model_dump(mode="json", exclude={"lora"} if config.lora is None else None), sort_keys=False
+    )
 
 
 UNSET = "<unset>"

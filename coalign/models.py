@@ -6,12 +6,21 @@ Every later step loads a checkpoint folder with the same Auto classes, whether i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
+from peft import PeftModel
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BitsAndBytesConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from coalign.config import TinySpec
 from coalign.errors import RunError
@@ -20,6 +29,7 @@ from coalign.formats_iterative import chat_prompt
 
 SPECIAL_TOKENS = ["<unk>", "<s>", EOS, "<pad>", USER_TAG.strip(), ASSISTANT_TAG.strip()]
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -110,12 +120,53 @@ def check_safetensors(path_or_id: str | Path) -> None:
     )
 
 
-def load_model(path_or_id: str | Path, trust_remote_code: bool = False, dtype: str = "auto"):
+def is_adapter(path_or_id: str | Path) -> bool:
+    """A LoRA stage's checkpoint saved with `lora.merge: false`: an adapter over the base it names."""
+    return (Path(path_or_id) / ADAPTER_CONFIG).is_file()
+
+
+def adapter_base(folder: str | Path) -> str:
+    """The base an adapter folder names. A local base is recorded relative to the adapter (see
+    `training.save_adapter`), so a moved run folder still loads; a hub id or absolute path stands as it is."""
+    base = json.loads((Path(folder) / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
+    local = Path(folder) / base
+    if local.is_dir():
+        return str(local.resolve())
+    if base.startswith("."):  # ours, and not there: a hub id never starts so
+        raise RunError(f"{folder} is a LoRA adapter whose base model {base} (relative to it) is missing")
+    return base
+
+
+def load_model(
+    path_or_id: str | Path,
+    trust_remote_code: bool = False,
+    dtype: str = "auto",
+    quantize: bool = False,
+    trainable_adapter: bool = False,
+):
     """Any causal LM from a local folder or a hub id; safetensors weights only (no pickle), and the model's
-    own Python code only when `trust_remote_code` (the config's `models.trust_remote_code`, off by default)."""
+    own Python code only when `trust_remote_code` (the config's `models.trust_remote_code`, off by default).
+
+    An adapter folder (`is_adapter`) loads as its base with the adapter merged in, a plain model like any
+    other (generation, scoring, full fine-tuning), or with `trainable_adapter` as a PEFT model whose adapter
+    trains on. `quantize`: the base's linear layers in 4 bits (NF4 with bf16 compute, QLoRA's recipe)."""
     check_safetensors(path_or_id)
+    if is_adapter(path_or_id):
+        base = load_model(adapter_base(path_or_id), trust_remote_code, dtype, quantize)
+        model = PeftModel.from_pretrained(base, str(path_or_id), is_trainable=trainable_adapter)
+        return model if trainable_adapter else model.merge_and_unload()
+    four_bit = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=True,
+    )
     model = AutoModelForCausalLM.from_pretrained(
-        str(path_or_id), trust_remote_code=trust_remote_code, dtype=dtype, use_safetensors=True
+        str(path_or_id),
+        trust_remote_code=trust_remote_code,
+        dtype=dtype,
+        use_safetensors=True,
+        **({"quantization_config": four_bit} if quantize else {}),
     )
     model.eval()
     return model

@@ -160,7 +160,9 @@ def cold_start(run: Run, config: RunConfig, console: Console) -> str:
 
     def train() -> dict:
         console.print(f"[bold]sft[/bold]: {len(conversations)} episodes ({settings.mode}) from {init}")
-        sft_conversations(init, conversations, out, settings.sft, seed=config.seed, trust_remote_code=trust)
+        sft_conversations(
+            init, conversations, out, settings.sft, seed=config.seed, trust_remote_code=trust, lora=config.lora
+        )
         return {"episodes": len(conversations), **read_json(out / "train_log.json")}
 
     run.stage("sft", train, [out], inputs=[init, episodes])
@@ -196,7 +198,10 @@ def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tup
                           f"{rl.num_generations} rollouts, rewards {' + '.join(stage.rewards)}, trains "
                           f"{stage.train} tokens, from {init}{beside}")  # fmt: skip
             judge = llm_judge(rl.judge_options) if rl.judge == "llm" and "adherence" in stage.rewards else None
-            grpo_stage(init, out, rows, stage, rl, spec, config.seed, trust, judge=judge, executor=executor)
+            grpo_stage(
+                init, out, rows, stage, rl, spec, config.seed, trust, judge=judge, executor=executor,
+                lora=config.lora,
+            )  # fmt: skip
             log = read_json(out / "train_log.json")
             record = {"tasks": len(rows), "steps": log["steps"], "grpo_stage": stage.name}
             return {**record, "judge": judge.stats} if judge else record

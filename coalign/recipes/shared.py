@@ -16,7 +16,7 @@ import torch
 from rich.console import Console
 
 from coalign.agents import Agent
-from coalign.config import RunConfig, config_changes, config_to_yaml
+from coalign.config import LoraSettings, RunConfig, config_changes, config_to_yaml
 from coalign.evaluate import evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.models import make_tiny_model
 from coalign.recipes.sft_data import grounder_data, planner_data, tokenizer_texts
@@ -97,14 +97,15 @@ def train_agent(
     console: Console,
     inputs: Sequence[Path] = (),
     trust_remote_code: bool = False,
+    lora: LoraSettings | None = None,
 ) -> str:
-    """One SFT stage, skipped when its checkpoint is already complete; `inputs`: the files its examples
-    came from besides the config, so the stage is redone when they change."""
+    """One SFT stage (LoRA adapters under `lora`), skipped when its checkpoint is already complete; `inputs`:
+    the files its examples came from besides the config, so the stage is redone when they change."""
     out = run.path("checkpoints", stage)
 
     def train() -> dict:
         console.print(f"[bold]{stage}[/bold]: SFT on {len(examples)} examples from {init}")
-        sft(init, examples, out, settings, seed=seed, trust_remote_code=trust_remote_code)
+        sft(init, examples, out, settings, seed=seed, trust_remote_code=trust_remote_code, lora=lora)
         return {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}
 
     run.stage(stage, train, [out], inputs=[init, *inputs])
@@ -160,6 +161,7 @@ def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str,
             config.seed,
             console,
             trust_remote_code=trust,
+            lora=config.lora,
         )
     if agent == "grounder":
         examples = grounder_data(config, train)
@@ -172,6 +174,7 @@ def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str,
             config.seed,
             console,
             trust_remote_code=trust,
+            lora=config.lora,
         )
     raise ValueError(f"agent must be planner or grounder, got {agent!r}")
 

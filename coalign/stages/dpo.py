@@ -1,7 +1,9 @@
 """MOAT stage 1, step 3: DPO on the planner with TRL's DPOTrainer.
 
-The reference is the planner at the start of the stage. Its log-probabilities are
-precomputed once, so no second model stays in memory during training.
+The reference is the planner at the start of the stage. Its log-probabilities are precomputed once
+(`precompute_ref_log_probs`), so no second model stays in memory during training. With LoRA there is
+none at all: TRL computes them with the adapter disabled (a fresh adapter) or with a frozen copy of
+the adapter (one that trains on, `lora.merge: false`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from pathlib import Path
 from datasets import Dataset
 from trl import DPOConfig, DPOTrainer
 
-from coalign.config import DPOSettings
-from coalign.models import load_model, load_tokenizer, render_prompt
-from coalign.stages.training import train_and_save, trainer_args
+from coalign.config import DPOSettings, LoraSettings
+from coalign.models import load_tokenizer, render_prompt
+from coalign.stages.training import train_and_save, trainer_args, training_model
 
 
 def dpo_dataset(tokenizer, triples: Sequence[tuple[str | Sequence[dict[str, str]], str, str]]) -> Dataset:
@@ -37,8 +39,10 @@ def dpo(
     settings: DPOSettings,
     seed: int = 0,
     trust_remote_code: bool = False,
+    lora: LoraSettings | None = None,
 ) -> Path:
-    """Train the model at `init` on (prompt, chosen, rejected) triples; save to `out_dir`.
+    """Train the model at `init` (LoRA adapters under `lora`) on (prompt, chosen, rejected) triples; save to
+    `out_dir`.
 
     A prompt is one user turn, or a conversation so far ending with a user turn (a web task's planner turn,
     MOAT per turn); `models.render_prompt` renders both as SFT and generation do."""
@@ -47,7 +51,7 @@ def dpo(
     out = Path(out_dir)
     tokenizer = load_tokenizer(init, trust_remote_code)
     tokenizer.padding_side = "right"
-    model = load_model(init, trust_remote_code, dtype="float32")
+    model, peft_config = training_model(init, trust_remote_code, lora)
     data = dpo_dataset(tokenizer, triples)
     config = DPOConfig(
         beta=settings.beta,
@@ -55,9 +59,10 @@ def dpo(
         precompute_ref_log_probs=True,
         **trainer_args(settings, out, seed),
     )
-    return train_and_save(
-        lambda: DPOTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer),
-        tokenizer,
-        out,
-        pairs=len(triples),
-    )
+
+    def trainer() -> DPOTrainer:
+        return DPOTrainer(
+            model=model, args=config, train_dataset=data, processing_class=tokenizer, peft_config=peft_config
+        )
+
+    return train_and_save(trainer, tokenizer, out, lora=lora, trust_remote_code=trust_remote_code, pairs=len(triples))

@@ -14,12 +14,12 @@ from datasets import Dataset
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
-from coalign.config import GRPOSettings
+from coalign.config import GRPOSettings, LoraSettings
 from coalign.grpo_stages import Stage
 from coalign.models import load_model, load_tokenizer
 from coalign.rewards import reward_functions
 from coalign.rollout import RolloutSpec, make_rollout_func
-from coalign.stages.training import common_args, train_and_save
+from coalign.stages.training import common_args, train_and_save, training_model
 
 
 def grpo_config(settings: GRPOSettings, stage: Stage, out: Path, seed: int, reward_weights: list[float]) -> GRPOConfig:
@@ -51,14 +51,16 @@ def grpo_stage(
     trust_remote_code: bool = False,
     judge=None,
     executor: str | Path | None = None,
+    lora: LoraSettings | None = None,
 ) -> Path:
-    """Train the model at `init` by GRPO on the tasks of `rows` (`rollout.prompt_rows`); save it to `out`.
-    `executor`: a fixed model that writes the rest of each turn after the policy's plan block."""
+    """Train the model at `init` (LoRA adapters under `lora`) by GRPO on the tasks of `rows`
+    (`rollout.prompt_rows`); save it to `out`. `executor`: a fixed model that writes the rest of each turn
+    after the policy's plan block."""
     out = Path(out)
     if not rows:
         raise ValueError(f"no training tasks for {out}: the dataset is empty")
     tokenizer = load_tokenizer(init, trust_remote_code)
-    model = load_model(init, trust_remote_code, dtype="float32")
+    model, peft_config = training_model(init, trust_remote_code, lora)
     weights = {name: settings.weights.get(name, 0.0) for name in stage.rewards}
     funcs, reward_weights = reward_functions(weights, slack=settings.slack, judge=judge)
     config = grpo_config(settings, stage, out, seed, reward_weights)
@@ -72,8 +74,11 @@ def grpo_stage(
             train_dataset=Dataset.from_list(rows),
             processing_class=tokenizer,
             rollout_func=make_rollout_func(rows, spec, fixed),
+            peft_config=peft_config,
         )
 
     checkpoints = out / "trainer"
     resume = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
-    return train_and_save(trainer, tokenizer, out, resume=resume, stage=stage.name)
+    return train_and_save(
+        trainer, tokenizer, out, resume=resume, lora=lora, trust_remote_code=trust_remote_code, stage=stage.name
+    )

@@ -13,9 +13,9 @@ from pathlib import Path
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
-from coalign.config import SFTSettings
-from coalign.models import load_model, load_tokenizer, render_prompt
-from coalign.stages.training import train_and_save, trainer_args
+from coalign.config import LoraSettings, SFTSettings
+from coalign.models import load_tokenizer, render_prompt
+from coalign.stages.training import train_and_save, trainer_args, training_model
 from coalign.token_turns import encode
 
 
@@ -36,24 +36,34 @@ def sft(
     settings: SFTSettings,
     seed: int = 0,
     trust_remote_code: bool = False,
+    lora: LoraSettings | None = None,
 ) -> Path:
-    """Fine-tune the model at `init` on `examples`; save model and tokenizer to `out_dir`."""
+    """Fine-tune the model at `init` on `examples` (LoRA adapters under `lora`); save model and tokenizer to
+    `out_dir`."""
     if not examples:
         raise ValueError(f"no training examples for {out_dir}: the dataset is empty")
-    return _fit(init, lambda tokenizer: sft_dataset(tokenizer, examples), out_dir, settings, seed, trust_remote_code)
+    return _fit(
+        init, lambda tokenizer: sft_dataset(tokenizer, examples), out_dir, settings, seed, trust_remote_code, lora
+    )
 
 
-def _fit(init, make_data, out_dir, settings: SFTSettings, seed: int, trust_remote_code: bool) -> Path:
+def _fit(
+    init, make_data, out_dir, settings: SFTSettings, seed: int, trust_remote_code: bool, lora: LoraSettings | None
+) -> Path:
     """TRL's SFTTrainer with the loss on completions only, over the dataset `make_data(tokenizer)`."""
     out = Path(out_dir)
     tokenizer = load_tokenizer(init, trust_remote_code)
     tokenizer.padding_side = "right"
-    model = load_model(init, trust_remote_code, dtype="float32")
+    model, peft_config = training_model(init, trust_remote_code, lora)
     config = SFTConfig(completion_only_loss=True, **trainer_args(settings, out, seed))
     data = make_data(tokenizer)
-    return train_and_save(
-        lambda: SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer), tokenizer, out
-    )
+
+    def trainer() -> SFTTrainer:
+        return SFTTrainer(
+            model=model, args=config, train_dataset=data, processing_class=tokenizer, peft_config=peft_config
+        )
+
+    return train_and_save(trainer, tokenizer, out, lora=lora, trust_remote_code=trust_remote_code)
 
 
 def conversation_dataset(tokenizer, conversations: Sequence[Sequence[dict[str, str]]], max_length: int) -> Dataset:
@@ -74,9 +84,10 @@ def sft_conversations(
     settings: SFTSettings,
     seed: int = 0,
     trust_remote_code: bool = False,
+    lora: LoraSettings | None = None,
 ) -> Path:
     """Fine-tune the model at `init` on whole conversations (an agent's episodes: its turns trained,
-    observations masked); save model and tokenizer to `out_dir`."""
+    observations masked; LoRA adapters under `lora`); save model and tokenizer to `out_dir`."""
     if not conversations:
         raise ValueError(f"no training conversations for {out_dir}: the dataset is empty")
     return _fit(
@@ -86,4 +97,5 @@ def sft_conversations(
         settings,
         seed,
         trust_remote_code,
+        lora,
     )

@@ -1,15 +1,19 @@
-"""What the SFT and DPO stages share: trainer arguments from our settings, train, save, log."""
+"""What the SFT, DPO and GRPO stages share: trainer arguments from our settings, the model a stage trains (whole,
+or LoRA adapters), train, save, log."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import torch
-from transformers.trainer import TRAINING_ARGS_NAME
+from peft import LoraConfig
 from transformers.utils import logging as hf_logging
 
-from coalign.config import DPOSettings, GRPOSettings, SFTSettings
+from coalign.config import DPOSettings, GRPOSettings, LoraSettings, SFTSettings
+from coalign.models import ADAPTER_CONFIG, is_adapter, load_model
 from coalign.runs import atomic_dir
 
 
@@ -45,11 +49,73 @@ def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> d
     )
 
 
-def train_and_save(make_trainer, tokenizer, out: Path, resume: str | None = None, **log) -> Path:
-    """Build the trainer quietly, train (from the checkpoint `resume` when given), save model and tokenizer
-    (padded left again) and train_log.json into a temporary folder that then replaces `out`, so `out`
-    never holds half a checkpoint. The folder is the same bytes wherever it is saved: the Trainer's
-    pickled arguments are left out. A GRPO run's log rows (rewards per step) are kept whole."""
+def training_model(init: str | Path, trust_remote_code: bool, lora: LoraSettings | None):
+    """The model a stage trains and the `peft_config` its TRL trainer gets (None: train the model as given).
+
+    Without `lora`, every weight. With it, a fresh adapter over `init`, except that under `merge: false` an
+    adapter folder's own adapter trains on (TRL refuses a PEFT model with a new `peft_config`), so a run's
+    stages build one adapter over one base."""
+    if lora is None:
+        return load_model(init, trust_remote_code, dtype="float32"), None
+    if not lora.merge and is_adapter(init):
+        return load_model(init, trust_remote_code, "float32", quantize=lora.qlora, trainable_adapter=True), None
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        bias=lora.bias,
+        task_type="CAUSAL_LM",
+    )
+    return load_model(init, trust_remote_code, "float32", quantize=lora.qlora), config
+
+
+def save_adapter(model, folder: Path) -> None:
+    """The trained adapter alone (TRL's DPO and GRPO may hold a frozen `ref` copy beside it), its local base
+    recorded relative to `folder` and its target modules sorted, so the folder loads and is the same bytes
+    wherever the run folder is; PEFT's model card, which names the absolute base, is left out."""
+    model.save_pretrained(str(folder), selected_adapters=["default"])
+    (folder / "README.md").unlink(missing_ok=True)
+    path = folder / ADAPTER_CONFIG
+    config = json.loads(path.read_text())
+    base = Path(model.get_base_model().name_or_path)
+    if base.is_dir():
+        config["base_model_name_or_path"] = os.path.relpath(base.resolve(), folder.resolve())
+    if isinstance(config["target_modules"], list):
+        config["target_modules"] = sorted(config["target_modules"])
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def save_weights(model, folder: Path, lora: LoraSettings | None, trust_remote_code: bool) -> None:
+    """The trained model's safetensors weights: a LoRA model's adapter alone under `merge: false`, else merged
+    into its base. A 4-bit base is loaded again at its own precision to merge into: merged into 4-bit weights
+    the update would be rounded, and the checkpoint would load only where bitsandbytes runs."""
+    if lora is None:
+        model.save_pretrained(str(folder))
+    elif not lora.merge:
+        save_adapter(model, folder)
+    elif lora.qlora:
+        save_adapter(model, folder / "adapter")
+        load_model(folder / "adapter", trust_remote_code).save_pretrained(str(folder))
+        shutil.rmtree(folder / "adapter")
+    else:
+        model.merge_and_unload().save_pretrained(str(folder))
+
+
+def train_and_save(
+    make_trainer,
+    tokenizer,
+    out: Path,
+    resume: str | None = None,
+    lora: LoraSettings | None = None,
+    trust_remote_code: bool = False,
+    **log,
+) -> Path:
+    """Build the trainer quietly, train (from the checkpoint `resume` when given), save the weights
+    (`save_weights`: the whole model, or under `lora` merged or the adapter alone), the tokenizer (padded left
+    again) and train_log.json into a temporary folder that then replaces `out`, so `out` never holds half a
+    checkpoint. The folder is the same bytes wherever it is saved: the Trainer's pickled arguments, which
+    hold the folder's path, are not written. A GRPO run's log rows (rewards per step) are kept whole."""
     previous = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
@@ -65,10 +131,7 @@ def train_and_save(make_trainer, tokenizer, out: Path, resume: str | None = None
     if any("reward" in row for row in rows):
         record["history"] = [row for row in rows if "reward" in row]
     with atomic_dir(out) as tmp:
-        trainer.save_model(str(tmp))
-        # the Trainer's pickled arguments hold the folder's path: nothing loads them, and once a run folder
-        # is moved they would make identical weights look changed to the stages that read them
-        (tmp / TRAINING_ARGS_NAME).unlink()
+        save_weights(trainer.accelerator.unwrap_model(trainer.model), tmp, lora, trust_remote_code)
         tokenizer.save_pretrained(str(tmp))
         (tmp / "train_log.json").write_text(json.dumps({**record, **log}))
     return out
