@@ -55,19 +55,19 @@ def success_table(results: dict, measure: str = "success") -> str:
     return _table(headers, rows)
 
 
-def paired_table(results: dict, variant: str = "adaplan", baseline: str = "react") -> str:
-    """`variant` minus `baseline` per seed on each split's average success, with the paired t statistic."""
+def paired_table(results: dict, variant: str = "adaplan", baseline: str = "react", measure: str = "success") -> str:
+    """`variant` minus `baseline` per seed on each split's average of `measure`, with the paired t statistic."""
     rows = []
     for split in ("heldin", "heldout"):
         diffs = []
         for seed in map(str, results["seeds"]):
             a = results["runs"].get(variant, {}).get(seed, {}).get("k1", {}).get(split)
             b = results["runs"].get(baseline, {}).get(seed, {}).get("k1", {}).get(split)
-            if a and b:
-                diffs.append(a["success"] - b["success"])
+            if a and b and measure in a and measure in b:
+                diffs.append(a[measure] - b[measure])
         t = mean(diffs) / (stdev(diffs) / len(diffs) ** 0.5) if len(diffs) > 1 and stdev(diffs) > 0 else float("nan")
         rows.append([split, " / ".join(f"{d:+.1f}" for d in diffs) or "-", _fmt(diffs), f"{t:.2f}"])
-    title = f"{NAMES.get(variant, variant)} − {NAMES.get(baseline, baseline)} (points)"
+    title = f"{measure}: {NAMES.get(variant, variant)} − {NAMES.get(baseline, baseline)} (points)"
     return _table([title, "per seed", "mean ± std", "t"], rows)
 
 
@@ -128,7 +128,7 @@ def report_markdown(results: dict) -> str:
     pairs = [pair for pair in PAIRS if set(pair) <= set(results["runs"])]
     if pairs:
         parts += ["Paired by seed (the GRPO runs of a seed start from its SFT run):"]
-        parts += [paired_table(results, variant, baseline) for variant, baseline in pairs]
+        parts += [paired_table(results, v, b, measure) for v, b in pairs for measure in ("success", "well_formed")]
     parts += ["Generated tokens and steps per task (Table 9):", cost_table(results)]
     if any(run.get("rl_order") for runs in results["runs"].values() for seed in runs.values() for run in seed.values()):
         parts += ["GRPO reward curves per stage (executor adherence, planner plan quality, end-to-end; Figure 3): "
