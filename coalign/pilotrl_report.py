@@ -26,7 +26,8 @@ NAMES = {
 }
 # (variant, baseline) pairs compared per seed when both ran: the paper's claims, then its ablations
 ABLATIONS = ("order_all", "order_23", "order_13", "order_12", "order_213", "isolated")
-PAIRS = [("adaplan", "react"), ("pilotrl", "adaplan"), ("pilotrl", "vanilla_rl"), *((v, "pilotrl") for v in ABLATIONS)]
+PAIRS = [("adaplan", "react"), ("pilotrl", "adaplan"), ("vanilla_rl", "react"), ("pilotrl", "vanilla_rl"),
+         *((v, "pilotrl") for v in ABLATIONS)]  # fmt: skip
 
 
 def _fmt(values: list[float], digits: int = 1) -> str:
