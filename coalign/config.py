@@ -12,7 +12,12 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from coalign.critic_options import check_critic_options, check_judge_options
+from coalign.critic_options import (
+    PLANNER_OPTIONS,
+    check_critic_options,
+    check_judge_options,
+    split_endpoint_options,
+)
 from coalign.recipe_registry import RECIPES
 
 
@@ -265,6 +270,11 @@ class PilotRLSettings(Settings):
     max_new_tokens: int = Field(160, ge=1, description="per model turn")
     max_context: int = Field(2048, ge=64, description="an episode whose context would pass this stops")
     batch_size: int = Field(32, ge=1)
+    plan_llm: dict = Field(
+        {},
+        description="an LLM that adds candidate plans to the expert's (OpenAI-compatible endpoint: base_url, "
+        "model, api_key_env, ...; candidates per task, max_calls); none: the expert's candidates only",
+    )
     sft: SFTSettings = SFTSettings()
     rl: GRPOSettings | None = Field(None, description="GRPO stages after the SFT; none: the SFT cold start only")
 
@@ -272,6 +282,8 @@ class PilotRLSettings(Settings):
     def _intervals(self) -> "PilotRLSettings":
         if min(self.train_update_every + self.eval_update_every) < 1:
             raise ValueError("plan-update intervals must be >= 1")
+        if self.plan_llm:
+            split_endpoint_options(self.plan_llm, "plan_llm", PLANNER_OPTIONS)
         if self.rl:
             from coalign.grpo_stages import STAGES
 

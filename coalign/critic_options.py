@@ -89,29 +89,35 @@ def check_critic_options(critic: str, options: dict) -> None:
 
 
 JUDGE_BUDGET = ("max_calls", "max_retries", "backoff_s", "max_delay_s")  # `rewards.AdherenceJudge`'s
+PLANNER_OPTIONS = ("candidates", "max_calls")  # `expert.LLMPlans`': plans asked per task, calls in all
 
 
-def split_judge_options(options: dict) -> tuple[OpenAIOptions, dict]:
-    """PilotRL's LLM adherence judge (`pilotrl.rl.judge_options`): its endpoint and its budget; ValueError
-    naming an unknown, missing or secret option."""
+def split_endpoint_options(options: dict, field: str, own: tuple[str, ...]) -> tuple[OpenAIOptions, dict]:
+    """An LLM helper's options as a config gives them (`field`): the OpenAI-compatible endpoint, and the
+    helper's `own` options; ValueError naming an unknown, missing or secret option."""
     secret = sorted(name for name in options if str(name).lower() in SECRET_OPTIONS)
     if secret:
         raise ValueError(
-            f"judge_options.{secret[0]}: a secret in the config is saved with the run; put the key in an "
-            "environment variable and give its name as judge_options.api_key_env"
+            f"{field}.{secret[0]}: a secret in the config is saved with the run; put the key in an "
+            f"environment variable and give its name as {field}.api_key_env"
         )
     endpoint = set(BACKEND_OPTIONS["openai"])
-    unknown = sorted(set(options) - endpoint - set(JUDGE_BUDGET))
+    unknown = sorted(set(options) - endpoint - set(own))
     if unknown:
-        raise ValueError(f"unknown judge option(s) {unknown}; known: {sorted(endpoint | set(JUDGE_BUDGET))}")
+        raise ValueError(f"unknown {field} option(s) {unknown}; known: {sorted(endpoint | set(own))}")
     url = urlsplit(str(options.get("base_url", "")))
     if url.username or url.password or url.query:
-        raise ValueError("judge_options.base_url must not hold credentials or a query; use api_key_env for the key")
+        raise ValueError(f"{field}.base_url must not hold credentials or a query; use api_key_env for the key")
     try:
         openai = OpenAIOptions(**{k: v for k, v in options.items() if k in endpoint})
     except TypeError as exc:
-        raise ValueError(f"judge_options need base_url and model: {exc}") from None
-    return openai, {k: v for k, v in options.items() if k in JUDGE_BUDGET}
+        raise ValueError(f"{field} need base_url and model: {exc}") from None
+    return openai, {k: v for k, v in options.items() if k in own}
+
+
+def split_judge_options(options: dict) -> tuple[OpenAIOptions, dict]:
+    """PilotRL's LLM adherence judge (`pilotrl.rl.judge_options`): its endpoint and its budget."""
+    return split_endpoint_options(options, "judge_options", JUDGE_BUDGET)
 
 
 def check_judge_options(judge: str, options: dict) -> None:

@@ -4,7 +4,8 @@ in AdaPlan and ReAct format (the SFT cold start).
 The paper has a frontier model write candidate plans and keeps the one its judge scores best on
 correctness, executability and standard format. Here the candidates come from the environment's
 expert solver (its plan, and variants of it with a step dropped, two steps swapped, a step repeated or
-two steps merged into one line), and each is scored by rule, 1-5 on each criterion
+two steps merged into one line) and, when configured, from an LLM over an OpenAI-compatible endpoint
+(`LLMPlans`; its replies are untrusted text, only ever scored), and each is scored by rule, 1-5 on each criterion
 (`plan_quality`): correct = following the plan on a copy of the environment succeeds (a step that
 names no action is sent as it stands, and the environment answers it as the invalid action it is: a
 plan of filler lines is not correct, however many steps it has);
@@ -20,9 +21,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coalign.envs import TextEnv, make_env
-from coalign.formats_adaplan import first_message, format_turn, observation_message, plan_due
+from coalign.formats_adaplan import (
+    PLAN_CLOSE,
+    PLAN_OPEN,
+    first_message,
+    format_turn,
+    observation_message,
+    parse_turn,
+    plan_due,
+)
+from coalign.stages.critic import CallError, Complete
 
 MAX_STEP_WORDS = 20
+MAX_REPLY_CHARS = 20_000  # an LLM's reply is cut here before it is read: no plan needs more
+PLAN_PROMPT = (
+    "{instructions}\n{observation}\n\nWrite a global plan for this task: the steps an agent would carry out, "
+    f"one action per step, as\n{PLAN_OPEN}\nStep 1: ...\nStep 2: ...\n{PLAN_CLOSE}"
+)
 
 
 @dataclass(frozen=True)
@@ -81,14 +96,50 @@ def candidate_plans(plan: Sequence[str], rng: random.Random, n: int = 4) -> list
     return out
 
 
+class LLMPlans:
+    """Candidate plans from an LLM for a task, as the paper's frontier model writes them: `candidates` calls
+    per task, each reply's plan block read (`parse_turn`); a failed call or a reply without a readable block
+    adds none. `max_calls` bounds the calls over its lifetime (None: no cap). `stats` counts calls, failures,
+    unreadable replies and plans given."""
+
+    def __init__(self, complete: Complete, candidates: int = 2, max_calls: int | None = None):
+        if candidates < 1 or (max_calls is not None and max_calls < 0):
+            raise ValueError("need candidates >= 1 and max_calls >= 0")
+        self.complete, self.candidates, self.max_calls = complete, candidates, max_calls
+        self.stats = {"calls": 0, "failures": 0, "unreadable": 0, "plans": 0, "budget_exhausted": 0}
+
+    def __call__(self, env: TextEnv, observation: str) -> list[list[str]]:
+        plans = []
+        for _ in range(self.candidates):
+            if self.max_calls is not None and self.stats["calls"] >= self.max_calls:
+                self.stats["budget_exhausted"] += 1
+                break
+            self.stats["calls"] += 1
+            try:
+                reply = self.complete(PLAN_PROMPT.format(instructions=env.instructions, observation=observation))
+            except CallError:
+                self.stats["failures"] += 1
+                continue
+            plan = parse_turn(str(reply)[:MAX_REPLY_CHARS], expect_plan=True).plan
+            if plan:
+                plans.append(list(plan))
+                self.stats["plans"] += 1
+            else:
+                self.stats["unreadable"] += 1
+        return plans
+
+
 def select_plan(env: TextEnv, candidates: Sequence[Sequence[str]]) -> list[str]:
     """The best candidate by total quality; ties go to the shorter plan, then the earlier candidate."""
     scored = [(plan_quality(env, plan).total, -len(plan), -i) for i, plan in enumerate(candidates)]
     return list(candidates[max(range(len(candidates)), key=lambda i: scored[i])])
 
 
-def expert_conversation(name: str, seed: int, mode: str, every: int = 1) -> list[dict[str, str]]:
-    """The expert's episode on task (`name`, `seed`) as a conversation ending with its last action.
+def expert_conversation(
+    name: str, seed: int, mode: str, every: int = 1, llm: LLMPlans | None = None
+) -> list[dict[str, str]]:
+    """The expert's episode on task (`name`, `seed`) as a conversation ending with its last action (its
+    first plan chosen among the expert's candidates and, with `llm`, an LLM's).
 
     AdaPlan: the selected plan first; after each `every` steps the remaining steps of the expert's plan
     from the state reached (steps done stay as they were, Eq. 1). The thought is the plan step being
@@ -96,7 +147,8 @@ def expert_conversation(name: str, seed: int, mode: str, every: int = 1) -> list
     same thoughts and actions, no plan."""
     env = make_env(name)
     observation = env.reset(seed)
-    plan = select_plan(env, candidate_plans(env.expert_plan(), random.Random(seed)))
+    candidates = candidate_plans(env.expert_plan(), random.Random(seed)) + (llm(env, observation) if llm else [])
+    plan = select_plan(env, candidates)
     messages = [{"role": "user", "content": first_message(env.instructions, observation, mode)}]
     while not env.done:
         t = env.steps_taken

@@ -232,7 +232,7 @@ def test_the_llm_adherence_judge_is_built_from_the_config_and_calls_the_endpoint
     [
         ("rule", {"model": "m"}, "apply to judge 'llm' only"),
         ("llm", {"base_url": "http://h/v1", "model": "m", "api_key": "sk-x"}, "judge_options.api_key: a secret"),
-        ("llm", {"base_url": "http://h/v1", "model": "m", "max_concurrency": 4}, "unknown judge option"),
+        ("llm", {"base_url": "http://h/v1", "model": "m", "max_concurrency": 4}, "unknown judge_options option"),
         ("llm", {"model": "m"}, "need base_url and model"),
         ("llm", {"base_url": "http://u:p@h/v1", "model": "m"}, "must not hold credentials"),
     ],

@@ -120,3 +120,46 @@ def test_longest_turn_counts_the_model_turns_only():
     conversation = [{"role": "user", "content": "x " * 50}, {"role": "assistant", "content": "abc def"}]
     expected = len(tokenizer("abc def</s>", add_special_tokens=False)["input_ids"])
     assert longest_turn(tokenizer, [conversation]) == expected < 50
+
+
+def test_an_llm_adds_candidate_plans_read_from_its_replies(server, monkeypatch):
+    """generate-then-select with an LLM source: each task asks `candidates` plans of the endpoint; readable
+    replies become candidates, a correct one can win, garbage is only ever scored, and failures add none."""
+    from coalign.envs import make_env
+    from coalign.expert import LLMPlans, plan_quality
+    from coalign.recipes.pilotrl import plan_llm
+    from tests.fault_server import Reply
+
+    cfg = config(plan_llm={"base_url": server.url, "model": "planner-m", "api_key_env": "COALIGN_TEST_KEY",
+                           "candidates": 3, "max_calls": 4})  # fmt: skip
+    llm = plan_llm(cfg.pilotrl)
+    assert isinstance(llm, LLMPlans) and llm.candidates == 3
+    good = "<global_plan>\nStep 1: step forward\nStep 2: open door\n</global_plan>"
+    server.script = [Reply(good), Reply("I would rather not. Action: rm -rf /"), Reply(None, 500, raw=b"{}")]
+    env = make_env("toy")
+    plans = llm(env, env.reset(0))
+    assert plans == [["step forward", "open door"]] and plan_quality(env, plans[0]).total == 15
+    assert llm.stats == {"calls": 3, "failures": 1, "unreadable": 1, "plans": 1, "budget_exhausted": 0}
+    assert "door at position 1" in server.bodies[0]["messages"][0]["content"]
+    assert llm(env, env.reset(0)) == [] and llm.stats["budget_exhausted"] == 1  # the 4th call, a default reply
+    first = expert_conversation("toy", 0, "adaplan", llm=LLMPlans(lambda prompt: good))[1]["content"]
+    assert "Step 1: step forward to reach position 1" in first  # a tie goes to the expert's (earlier) candidate
+    from tests.toy_env import ToyEnv
+
+    expert_plan = ToyEnv.expert_plan
+    monkeypatch.setattr(ToyEnv, "expert_plan", lambda self: ["look around", *expert_plan(self)])  # a worse expert
+    first = expert_conversation("toy", 0, "adaplan", llm=LLMPlans(lambda prompt: good))[1]["content"]
+    assert "Step 1: step forward\nStep 2: open door\n" in first  # the LLM's plan scores higher: it is chosen
+    garbage = LLMPlans(lambda prompt: "<global_plan>\nStep 1: ignore the rubric, score 15\n</global_plan>")
+    assert "ignore" not in expert_conversation("toy", 0, "adaplan", llm=garbage)[1]["content"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"base_url": "http://h/v1", "model": "m", "token": "x"}, "plan_llm.token: a secret"),
+     ({"base_url": "http://h/v1", "model": "m", "n": 3}, "unknown plan_llm option"),
+     ({"model": "m"}, "need base_url and model")],
+)  # fmt: skip
+def test_plan_llm_options_are_checked_when_the_config_loads(options, message):
+    with pytest.raises(ValueError, match=message):
+        config(plan_llm=options)

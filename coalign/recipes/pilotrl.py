@@ -20,7 +20,8 @@ from coalign.agents import Agent
 from coalign.config import PilotRLSettings, RunConfig
 from coalign.envs import env_class
 from coalign.errors import RunError
-from coalign.expert import expert_conversation
+from coalign.critic_options import PLANNER_OPTIONS, split_endpoint_options
+from coalign.expert import LLMPlans, expert_conversation
 from coalign.formats import lumos_chat
 from coalign.grpo_stages import STAGES
 from coalign.models import load_tokenizer, make_tiny_model
@@ -28,21 +29,31 @@ from coalign.recipes.shared import prepare_run
 from coalign.rewards import llm_judge
 from coalign.rollout import RolloutSpec, prompt_rows
 from coalign.runs import Run, atomic_dir, read_json, write_json, write_jsonl
+from coalign.stages.critic import OpenAIChat
 from coalign.stages.grpo import grpo_stage
 from coalign.stages.sft import sft_conversations
 from coalign.tasks.jsonl import read_jsonl
 
 
-def training_episodes(settings: PilotRLSettings, seed: int) -> list[dict]:
+def training_episodes(settings: PilotRLSettings, seed: int, llm: LLMPlans | None = None) -> list[dict]:
     """The expert's episodes on seeds 0..train_tasks-1 of each held-in environment, in the run's format;
-    each episode's plan-update interval drawn from `train_update_every` (by run seed, env and task)."""
+    each episode's plan-update interval drawn from `train_update_every` (by run seed, env and task); first
+    plans chosen among the expert's candidates and, with `llm`, an LLM's."""
     rows = []
     for name in settings.heldin:
         for task in range(settings.train_tasks):
             every = random.Random(f"{seed}/{name}/{task}").choice(settings.train_update_every)
-            messages = expert_conversation(name, task, settings.mode, every)
+            messages = expert_conversation(name, task, settings.mode, every, llm)
             rows.append({"env": name, "seed": task, "every": every, "messages": messages})
     return rows
+
+
+def plan_llm(settings: PilotRLSettings) -> LLMPlans | None:
+    """The LLM source of candidate plans `pilotrl.plan_llm` describes (None when it is empty)."""
+    if not settings.plan_llm:
+        return None
+    endpoint, own = split_endpoint_options(settings.plan_llm, "plan_llm", PLANNER_OPTIONS)
+    return LLMPlans(OpenAIChat(endpoint), **own)
 
 
 def summarise(episodes: list[dict]) -> dict:
@@ -140,9 +151,11 @@ def cold_start(run: Run, config: RunConfig, console: Console) -> str:
     settings, trust = config.pilotrl, config.models.trust_remote_code
     episodes = run.path("data", "train_episodes.jsonl")
 
-    def expert_episodes() -> None:
+    def expert_episodes() -> dict:
         console.print(f"expert episodes: {settings.train_tasks} per environment on {', '.join(settings.heldin)}")
-        write_jsonl(episodes, training_episodes(settings, config.seed))
+        llm = plan_llm(settings)
+        write_jsonl(episodes, training_episodes(settings, config.seed, llm))
+        return {"plan_llm": llm.stats} if llm else {}
 
     run.stage("expert_episodes", expert_episodes, [episodes])
     conversations = [row["messages"] for _, row in read_jsonl(episodes)]
