@@ -6,8 +6,9 @@ the plan verbatim and takes only the remaining ones from the model (Eq. 1), send
 environment and appends the observation. Token ids are built by appending turns (`token_turns`), with a
 mask that is 1 on the tokens the model generated (and `plan_mask`, 1 on those of its plan blocks): the
 same record a GRPO rollout trains on. A `guide` may write the start of a turn for the model (PilotRL's
-stage 1 gives the expert's plan block; the model writes the thought and action): those tokens are
-context, mask 0. ReAct is the same loop with no plan. An episode ends on the environment's done
+stage 1: the expert's plan block; isolated planner and executor: a planner model's), and with an
+`executor` the model writes only its plan blocks and a second model the rest of each turn; what others
+write is context, mask 0. ReAct is the same loop with no plan. An episode ends on the environment's done
 (success, failure, its step limit), or when its context would not fit another turn (`max_context`).
 """
 
