@@ -220,7 +220,7 @@ class GRPOSettings(Settings):
         description="weight of each normalized reward component; a stage sums those it uses",
     )
     slack: int = Field(2, ge=0, description="end-to-end 2 = success within the optimal steps + slack")
-    judge: Literal["rule", "llm"] = Field("rule", description="adherence by rule, or an LLM where rules cannot tell")
+    judge: Literal["rule", "llm"] = Field("rule", description="adherence and plan quality by rule, or by an LLM")
     judge_options: dict = Field(
         {},
         description="the LLM judge's endpoint (base_url, model, api_key_env, timeout_s, ...) and budget "

@@ -88,7 +88,7 @@ def check_critic_options(critic: str, options: dict) -> None:
             raise ValueError(f"critic_options do not fit the llm critic: {exc}") from None
 
 
-JUDGE_BUDGET = ("max_calls", "max_retries", "backoff_s", "max_delay_s")  # `rewards.AdherenceJudge`'s
+JUDGE_BUDGET = ("max_calls", "max_retries", "backoff_s", "max_delay_s")  # `rewards.LLMJudge`'s
 PLANNER_OPTIONS = ("candidates", "max_calls")  # `expert.LLMPlans`': plans asked per task, calls in all
 
 

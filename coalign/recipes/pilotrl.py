@@ -210,7 +210,8 @@ def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tup
             console.print(f"[bold]grpo stage {stage.label} ({stage.name})[/bold]: {len(rows)} tasks x "
                           f"{rl.num_generations} rollouts, rewards {' + '.join(stage.rewards)}, trains "
                           f"{stage.train} tokens, from {init}{beside}")  # fmt: skip
-            judge = llm_judge(rl.judge_options) if rl.judge == "llm" and "adherence" in stage.rewards else None
+            judged = {"adherence", "plan_quality"} & set(stage.rewards)
+            judge = llm_judge(rl.judge_options) if rl.judge == "llm" and judged else None
             grpo_stage(
                 init, out, rows, stage, rl, spec, config.seed, trust, judge=judge, executor=executor,
                 lora=config.lora,
