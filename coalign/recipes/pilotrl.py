@@ -18,9 +18,9 @@ from rich.console import Console
 from coalign.adaplan import model_planner, run_episodes
 from coalign.agents import Agent
 from coalign.config import PilotRLSettings, RunConfig
+from coalign.critic_options import PLANNER_OPTIONS, split_endpoint_options
 from coalign.envs import env_class
 from coalign.errors import RunError
-from coalign.critic_options import PLANNER_OPTIONS, split_endpoint_options
 from coalign.expert import LLMPlans, expert_conversation
 from coalign.formats import lumos_chat
 from coalign.grpo_stages import STAGES
