@@ -157,7 +157,8 @@ def eval_(
 
 
 # `coalign bench tiny` runs a 6+5-epoch cold start and 2 rounds on 400 tasks; the demo trims both to fit 10 minutes
-DEMO_SETTINGS = ["planner_sft.epochs=4", "grounder_sft.epochs=3", "moat.rounds=1", "moat.tasks=200"]
+# on 2 cores (measured 2026-12-01: 4 planner epochs alone took 304 s there, 3 grounder epochs 392 s)
+DEMO_SETTINGS = ["planner_sft.epochs=3", "grounder_sft.epochs=2", "moat.rounds=1", "moat.tasks=150"]
 # `coalign bench tiny-pilotrl` trains on 100 episodes per environment for 8 epochs, evaluates 15 per environment
 PILOTRL_DEMO_SETTINGS = [
     "pilotrl.train_tasks=50", "pilotrl.sft.epochs=4", "pilotrl.eval_tasks=5", "pilotrl.eval_update_every=[1]"
