@@ -275,20 +275,18 @@ class LLMJudge:
 
     def score(self, step: str, action: str, observation: str, fallback: int) -> int:
         """The judge's 0 / 1 / 2 for the turn, or `fallback` (the rule's score) when it gives none."""
-        reply = self._call(self.prompt(step, action, observation))
-        parsed = parse_score(reply) if reply is not None else None
-        if reply is not None and parsed is None:
-            self.stats["failures"]["unparseable"] += 1
-        if parsed is None:
-            self.stats["fallbacks"] += 1
-            return fallback
-        return parsed
+        return self._judged(self.prompt(step, action, observation), parse_score, fallback)
 
     def plan(self, task: str, plan: Sequence[str], fallback: PlanQuality) -> PlanQuality:
         """The judge's scores of `plan` for `task`, or `fallback` (the rule's) when it gives none."""
         steps = " | ".join(f"Step {i}: {step}" for i, step in enumerate(plan, 1))
-        reply = self._call(PLAN_JUDGE_PROMPT.format(task=_quote(task, 1200), plan=_quote(steps, 2000)))
-        parsed = parse_plan_scores(reply) if reply is not None else None
+        prompt = PLAN_JUDGE_PROMPT.format(task=_quote(task, 1200), plan=_quote(steps, 2000))
+        return self._judged(prompt, parse_plan_scores, fallback)
+
+    def _judged(self, prompt: str, parse: Callable[[str], Any], fallback: Any) -> Any:
+        """The reply to `prompt` read by `parse`, or `fallback` (counted) when there is none to read."""
+        reply = self._call(prompt)
+        parsed = parse(reply) if reply is not None else None
         if reply is not None and parsed is None:
             self.stats["failures"]["unparseable"] += 1
         if parsed is None:
