@@ -59,8 +59,7 @@ def run_pilotrl_bench(
     """Run every (variant, seed), the SFT runs first, and write `<name>results.json` and `<name>report.md`
     under `root` (with `<name>curves.png`, the GRPO reward curves, when a variant trains by GRPO)."""
     root = Path(root)
-    needed = [cold_start_variant(v) or v for v in variants]
-    cold = list(dict.fromkeys(v for v in needed if cold_start_variant(v) is None))
+    cold = list(dict.fromkeys(cold_start_variant(v) or v for v in variants))  # SFT runs, asked for or needed
     rl = [v for v in dict.fromkeys(variants) if cold_start_variant(v) is not None]
     runs: dict = {}
     for phase, desc in ((cold, "pilotrl SFT runs"), (rl, "pilotrl GRPO runs")):

@@ -336,9 +336,8 @@ def plan_score(record: Any, judge: LLMJudge | None = None) -> float:
     if env is None or len(plan) > env.max_steps or all(env.plan_action(step) is None for step in plan):
         return 0.0
     quality = plan_quality(env, plan)
-    if judge is not None:
-        task = make_env(env.name or record["env"])
-        quality = judge.plan(f"{task.instructions}\n{task.reset(record['seed'])}", plan, quality)
+    if judge is not None:  # plan_quality works on copies: `env` is still at the start, its reset is cheap
+        quality = judge.plan(f"{env.instructions}\n{env.reset(record['seed'])}", plan, quality)
     return (quality.total - 3) / 12
 
 

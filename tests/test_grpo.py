@@ -21,6 +21,7 @@ from coalign.rollout import RolloutSpec, make_rollout_func, prompt_rows
 from coalign.runs import read_json
 from coalign.stages import grpo as grpo_module
 from coalign.stages.grpo import grpo_config, grpo_stage
+from tests.toy_env import killed_after_first_step
 
 TINY = {"vocab_size": 300, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2,
         "intermediate_size": 64, "max_positions": 1024}  # fmt: skip
@@ -112,13 +113,7 @@ def test_a_killed_stage_resumes_from_its_last_checkpoint(init, tmp_path, monkeyp
     steps = read_json(whole / "train_log.json")["steps"]
     assert steps >= 2
 
-    class Killed(GRPOTrainer):
-        def training_step(self, *args, **kwargs):
-            if self.state.global_step == 1:
-                raise KeyboardInterrupt("killed")
-            return super().training_step(*args, **kwargs)
-
-    monkeypatch.setattr(grpo_module, "GRPOTrainer", Killed)
+    monkeypatch.setattr(grpo_module, "GRPOTrainer", killed_after_first_step(GRPOTrainer))
     with pytest.raises(KeyboardInterrupt):
         grpo_stage(init, tmp_path / "resumed", rows, stage, settings, _spec(stage), seed=0)
     assert (tmp_path / "resumed" / "trainer" / "checkpoint-1").is_dir()

@@ -101,3 +101,15 @@ class ScriptedModel:
             rows.append(ids + new)
         width = max(map(len, rows))
         return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+
+
+def killed_after_first_step(trainer_class):
+    """A trainer class that dies (as if killed) when it would start its second optimizer step."""
+
+    class Killed(trainer_class):
+        def training_step(self, *args, **kwargs):
+            if self.state.global_step == 1:
+                raise KeyboardInterrupt("killed")
+            return super().training_step(*args, **kwargs)
+
+    return Killed
