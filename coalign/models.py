@@ -32,7 +32,7 @@ PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+def train_tokenizer(texts: Iterable[str], vocab_size: int, digits: bool = False) -> PreTrainedTokenizerFast:
     """Byte-level BPE trained on the given texts, merging across spaces, numbers kept apart.
 
     Byte level means any input (unicode, NUL bytes) encodes. Merges may cross spaces, so
@@ -42,11 +42,14 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
     is its own pre-token, so a number is the same token wherever it stands (` 27`, `(27`) and
     copying an operand into an action is a one-token lookup; a prompt ending in a newline
     never merges with the completion after it.
+
+    `digits`: every digit its own token, as Llama and Qwen split them, so that no number is ever an unseen
+    token: the pretrained base's tokenizer (a from-scratch run sees all its numbers in training anyway).
     """
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(r"\d+|\n"), behavior="isolated"),
+            pre_tokenizers.Split(Regex(r"\d|\n" if digits else r"\d+|\n"), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )

@@ -1,0 +1,1 @@
+"""Pretraining coalign's base model: a general corpus, its tokenizer, and the causal-LM training run."""
