@@ -109,6 +109,33 @@ def train(
     console.print(f"wall time {time.time() - started:.0f} s")
 
 
+@app.command()
+def pretrain(
+    config: Annotated[str, typer.Argument(help="pretraining YAML, or a bundled one: coalign-base, mini")],
+    run_dir: RunDirOpt = None,
+    steps: Annotated[Optional[int], typer.Option(help="optimizer steps this sitting (default: all left)")] = None,
+    set_: SetOpt = [],  # noqa: B006
+    ship: Annotated[bool, typer.Option(help="copy the finished base into the package (coalign/bases/NAME)")] = False,
+) -> None:
+    """Pretrain a small base model on the generated corpus, in resumable sittings; the finished model is
+    `RUN_DIR/base`, loadable by path (or by name once shipped)."""
+    from coalign.pretraining.bases import ship_base
+    from coalign.pretraining.pretrain import pretrain as run_pretrain
+    from coalign.pretraining.settings import load_pretrain_config
+
+    try:
+        cfg = load_pretrain_config(config, _overrides(set_))
+        folder = run_dir or Path("runs") / f"pretrain-{cfg.name}"
+        progress = run_pretrain(cfg, folder, console, steps)
+        if ship:
+            console.print(f"shipped as {ship_base(folder / 'base', cfg.name)}")
+    except (ConfigError, DataError, RunError) as err:
+        raise _fail(err) from None
+    losses = ", ".join(f"{k} {v['value']}" for k, v in progress["losses"].items())
+    console.print(f"step {progress['steps']} of {cfg.train.max_steps}; {progress['tokens_seen']:,} tokens; "
+                  f"{progress['wall_s']:.0f} s in {len(progress['sittings'])} sittings; {losses}")
+
+
 @app.command("eval")
 def eval_(
     config: ConfigArg,

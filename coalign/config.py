@@ -80,12 +80,19 @@ class TinySpec(Settings):
 
 
 class ModelSettings(Settings):
-    """Where each agent starts: `tiny` (made from scratch here) or any HF causal LM path / hub id."""
+    """Where each agent starts: `scratch` (a model of shape `tiny` made here; `tiny` is its older name), a base
+    shipped with the package by name (`coalign-base`), or any HF causal LM path / hub id. `models: NAME` (a
+    string) starts both agents from NAME."""
 
     planner: str = "tiny"
     grounder: str = "tiny"
     tiny: TinySpec = TinySpec()
     trust_remote_code: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_for_both(cls, data):
+        return {"planner": data, "grounder": data} if isinstance(data, str) else data
 
 
 GENERATED_KINDS = ("suite", "qa_suite", "web_suite")
@@ -420,7 +427,11 @@ def _line_of(node: yaml.Node, loc: tuple) -> int | None:
 
 def load_config(name_or_path: str | Path, overrides: dict | None = None) -> RunConfig:
     """Read and validate a run config; `overrides` (nested dict) are applied on top."""
-    path = resolve_config_path(name_or_path)
+    return load_settings(resolve_config_path(name_or_path), RunConfig, overrides)
+
+
+def load_settings(path: Path, model: type[Settings], overrides: dict | None = None):
+    """Read the YAML at `path` into `model`; an invalid field is a ConfigError naming the file, line and key."""
     text = path.read_text()
     try:
         raw = yaml.safe_load(text) or {}
@@ -431,7 +442,7 @@ def load_config(name_or_path: str | Path, overrides: dict | None = None) -> RunC
         raise ConfigError(f"{path}, line 1: a config is a mapping of keys, got {type(raw).__name__}")
     data = _merge(raw, overrides or {})
     try:
-        return RunConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as err:
         lines = []
         for e in err.errors():

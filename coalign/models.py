@@ -72,9 +72,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, digits: bool = False)
     )
 
 
-def make_tiny_model(texts: Iterable[str], out_dir: str | Path, spec: TinySpec = TinySpec(), seed: int = 0) -> Path:
-    """Train a tokenizer on `texts`, initialise a small Llama, save both with save_pretrained."""
-    tokenizer = train_tokenizer(texts, spec.vocab_size)
+def make_tiny_model(
+    texts: Iterable[str], out_dir: str | Path, spec: TinySpec = TinySpec(), seed: int = 0, digits: bool = False
+) -> Path:
+    """Train a tokenizer on `texts` (`digits`: see `train_tokenizer`), initialise a small Llama, save both."""
+    tokenizer = train_tokenizer(texts, spec.vocab_size, digits)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,

@@ -19,8 +19,15 @@ from coalign.errors import DataError
 from coalign.pretraining.generators import KINDS
 
 DEFAULT_MIX = {
-    "story": 3.0, "program": 3.0, "copy": 2.0, "lookup": 1.5, "relations": 1.0,
-    "plan": 0.5, "page": 0.5, "dialogue": 1.5, "lumos": 1.0,
+    "story": 3.0,
+    "program": 3.0,
+    "copy": 2.0,
+    "lookup": 1.5,
+    "relations": 1.0,
+    "plan": 0.5,
+    "page": 0.5,
+    "dialogue": 1.5,
+    "lumos": 1.0,
 }
 
 
@@ -55,7 +62,9 @@ def gsm8k_documents(path: str | Path) -> list[str]:
                 row = json.loads(line)
                 question, answer = row["question"], row["answer"]
             except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise DataError(path, number, None, f"expected a JSON object with 'question' and 'answer' ({err})") from None
+                raise DataError(
+                    path, number, None, f"expected a JSON object with 'question' and 'answer' ({err})"
+                ) from None
             for key, value in (("question", question), ("answer", answer)):
                 if not isinstance(value, str):
                     raise DataError(path, number, key, f"expected text, got {type(value).__name__}", "wrong type")

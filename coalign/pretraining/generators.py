@@ -32,30 +32,57 @@ def story(rng: random.Random) -> str:
     who, other = names(rng, 2)
     item = thing(rng) + "s"
     fill = {"w": who, "o": other, "x": item, "p": rng.choice(PLACES), "u": rng.choice(UNITS)}
-    opening = rng.choice((
-        "{w} has {n} {x}.", "There are {n} {x} in the {p}.", "{w} counted {n} {x} at the {p}.",
-        "The {p} keeps {n} {x}.", "A box holds {n} {x} that belong to {w}.",
-    ))
+    opening = rng.choice(
+        (
+            "{w} has {n} {x}.",
+            "There are {n} {x} in the {p}.",
+            "{w} counted {n} {x} at the {p}.",
+            "The {p} keeps {n} {x}.",
+            "A box holds {n} {x} that belong to {w}.",
+        )
+    )
     moves = {
         "+": ("{o} brings {n} more {x}.", "{w} finds another {n}.", "{n} {x} arrive from the {p}."),
         "-": ("{w} gives {n} {x} to {o}.", "{n} of the {x} break.", "{o} takes {n} away."),
-        "*": ("The pile grows to {n} times its size.", "{w} ends up with {n} times as many.",
-              "Each one is swapped for {n} new ones."),
-        "/": ("{w} shares them equally among {n} {u} and keeps one share.", "The {x} are split into {n} equal groups; {w} keeps one."),
+        "*": (
+            "The pile grows to {n} times its size.",
+            "{w} ends up with {n} times as many.",
+            "Each one is swapped for {n} new ones.",
+        ),
+        "/": (
+            "{w} shares them equally among {n} {u} and keeps one share.",
+            "The {x} are split into {n} equal groups; {w} keeps one.",
+        ),
     }
     value = number(rng)
     lines, solution = [opening.format(n=value, **fill)], []
     for _ in range(rng.randint(1, 4)):
         divisors = [d for d in range(2, 13) if value % d == 0]
-        op = rng.choice([o for o in OPS if (o != "-" or value > 1) and (o != "/" or divisors) and (o != "*" or value < 5000)])
-        n = (rng.randint(1, value - 1) if op == "-" else rng.choice(divisors) if op == "/" else
-             rng.randint(2, 6) if op == "*" else number(rng))
+        op = rng.choice(
+            [o for o in OPS if (o != "-" or value > 1) and (o != "/" or divisors) and (o != "*" or value < 5000)]
+        )
+        n = (
+            rng.randint(1, value - 1)
+            if op == "-"
+            else rng.choice(divisors)
+            if op == "/"
+            else rng.randint(2, 6)
+            if op == "*"
+            else number(rng)
+        )
         new = run([Step(op, value, n)])[0]
         lines.append(rng.choice(moves[op]).format(n=n, **fill))
         solution.append(f"{value} {op} {n} = <<{value}{op}{n}={new}>>{new}")
         value = new
-    lines.append(rng.choice(("How many {x} are there at the end?", "What is the final number of {x}?",
-                             "How many {x} does {w} have now?")).format(**fill))
+    lines.append(
+        rng.choice(
+            (
+                "How many {x} are there at the end?",
+                "What is the final number of {x}?",
+                "How many {x} does {w} have now?",
+            )
+        ).format(**fill)
+    )
     return " ".join(lines) + "\n" + "\n".join(solution) + f"\nThe answer is {value}.\n"
 
 
@@ -78,11 +105,20 @@ def program_text(rng: random.Random) -> str:
 
 def copy_drill(rng: random.Random) -> str:
     """A random sequence and its copy; the second half is predictable only by copying the first."""
-    pieces = [rng.choice((str(number(rng)), invented(rng), thing(rng), name(rng), rng.choice("+-*/=(),:")))
-              for _ in range(rng.randint(3, 12))]
+    pieces = [
+        rng.choice((str(number(rng)), invented(rng), thing(rng), name(rng), rng.choice("+-*/=(),:")))
+        for _ in range(rng.randint(3, 12))
+    ]
     seq = " ".join(pieces)
-    frame = rng.choice(("Copy: {s}\nCopy: {s}\n", "Repeat after me: {s}\n{s}\n", "Input: {s}\nOutput: {s}\n",
-                        "echo \"{s}\"\n{s}\n", "Say it back. {s} -> {s}\n"))
+    frame = rng.choice(
+        (
+            "Copy: {s}\nCopy: {s}\n",
+            "Repeat after me: {s}\n{s}\n",
+            "Input: {s}\nOutput: {s}\n",
+            'echo "{s}"\n{s}\n',
+            "Say it back. {s} -> {s}\n",
+        )
+    )
     return frame.format(s=seq)
 
 
@@ -109,12 +145,16 @@ def relation_chain(rng: random.Random) -> str:
     year = rng.randint(1500, 2000)
     facts = [f"{org} was founded by {person}.", f"{person} was born in {place}.", f"{person} was born in {year}."]
     rng.shuffle(facts)
-    question, answer = rng.choice((
-        (f"Where was the founder of {org} born?", place),
-        (f"In which year was the founder of {org} born?", str(year)),
-        (f"Who founded {org}?", person),
-    ))
-    steps = f"First find who founded {org}: {person}." + ("" if answer == person else f" Then look that person up: {answer}.")
+    question, answer = rng.choice(
+        (
+            (f"Where was the founder of {org} born?", place),
+            (f"In which year was the founder of {org} born?", str(year)),
+            (f"Who founded {org}?", person),
+        )
+    )
+    steps = f"First find who founded {org}: {person}." + (
+        "" if answer == person else f" Then look that person up: {answer}."
+    )
     return " ".join(facts) + f"\nQuestion: {question}\n{steps}\nAnswer: {answer}\n"
 
 
@@ -124,11 +164,20 @@ def relation_chain(rng: random.Random) -> str:
 def step_list(rng: random.Random) -> str:
     """A numbered plan for an errand whose steps name the things they act on."""
     who, place, item = name(rng), rng.choice(PLACES), thing(rng)
-    steps = rng.sample([
-        f"go to the {place}", f"find the {item}", f"ask {name(rng)} for the key", f"count the {item}s",
-        f"write down the number {number(rng)}", f"open the door marked {invented(rng)}",
-        f"take the {item} to {name(rng)}", f"check the list for {invented(rng)}", f"pay {number(rng)} coins",
-    ], k=rng.randint(2, 5))
+    steps = rng.sample(
+        [
+            f"go to the {place}",
+            f"find the {item}",
+            f"ask {name(rng)} for the key",
+            f"count the {item}s",
+            f"write down the number {number(rng)}",
+            f"open the door marked {invented(rng)}",
+            f"take the {item} to {name(rng)}",
+            f"check the list for {invented(rng)}",
+            f"pay {number(rng)} coins",
+        ],
+        k=rng.randint(2, 5),
+    )
     mark = rng.choice(("{i}. ", "Step {i}: ", "({i}) ", "- "))
     lines = [mark.format(i=i) + s.capitalize() for i, s in enumerate(steps, 1)]
     return f"Plan for {who}:\n" + "\n".join(lines) + "\n"
@@ -137,15 +186,23 @@ def step_list(rng: random.Random) -> str:
 def page_actions(rng: random.Random) -> str:
     """A small page as a list of elements and a goal, then the clicks and typing that reach it."""
     field, value, button, link = invented(rng), invented(rng), invented(rng), invented(rng)
-    elements = [f"[{rng.randint(100, 9999)}] textbox {field}", f"[{rng.randint(100, 9999)}] button {button}",
-                f"[{rng.randint(100, 9999)}] link {link}"]
+    elements = [
+        f"[{rng.randint(100, 9999)}] textbox {field}",
+        f"[{rng.randint(100, 9999)}] button {button}",
+        f"[{rng.randint(100, 9999)}] link {link}",
+    ]
     rng.shuffle(elements)
     verbs = rng.choice((("type", "click"), ("TYPE", "CLICK"), ("fill", "press")))
-    actions = [f"{verbs[0]}(\"{field}\", \"{value}\")", f"{verbs[1]}(\"{button}\")"]
+    actions = [f'{verbs[0]}("{field}", "{value}")', f'{verbs[1]}("{button}")']
     if rng.random() < 0.5:
-        actions.append(f"{verbs[1]}(\"{link}\")")
-    return "Page:\n" + "\n".join(elements) + f"\nGoal: enter {value} in {field} and press {button}\nActions:\n" + \
-        "\n".join(actions) + "\n"
+        actions.append(f'{verbs[1]}("{link}")')
+    return (
+        "Page:\n"
+        + "\n".join(elements)
+        + f"\nGoal: enter {value} in {field} and press {button}\nActions:\n"
+        + "\n".join(actions)
+        + "\n"
+    )
 
 
 # --------------------------------------------------------------------------- chat

@@ -52,9 +52,13 @@ def program(rng: random.Random, length: int) -> list[Step]:
             if not divisors:
                 op = "*"
         right: int | str = (
-            rng.choice(divisors) if op == "/" else
-            rng.randint(1, left_value - 1) if op == "-" else
-            rng.randint(2, 12) if op == "*" else number(rng)
+            rng.choice(divisors)
+            if op == "/"
+            else rng.randint(1, left_value - 1)
+            if op == "-"
+            else rng.randint(2, 12)
+            if op == "*"
+            else number(rng)
         )
         if op == "+" and i > 1 and rng.random() < 0.3:
             right = f"#{rng.randint(1, i)}"
@@ -65,14 +69,40 @@ def program(rng: random.Random, length: int) -> list[Step]:
 
 
 INSTRUCTIONS = {
-    "+": ("Add {b} to {a}", "Compute {a} plus {b}", "Sum {a} and {b}", "Increase {a} by {b}",
-          "Find the total of {a} and {b}", "What is {a} + {b}?", "Put {b} together with {a}"),
-    "-": ("Subtract {b} from {a}", "Compute {a} minus {b}", "Decrease {a} by {b}", "Take {b} off {a}",
-          "Find the difference between {a} and {b}", "What is {a} - {b}?", "Remove {b} from {a}"),
-    "*": ("Multiply {a} by {b}", "Compute {a} times {b}", "Find the product of {a} and {b}",
-          "Scale {a} by a factor of {b}", "What is {a} * {b}?", "Take {b} groups of {a}"),
-    "/": ("Divide {a} by {b}", "Compute {a} over {b}", "Split {a} into {b} equal parts",
-          "Find the quotient of {a} and {b}", "What is {a} / {b}?", "Share {a} among {b}"),
+    "+": (
+        "Add {b} to {a}",
+        "Compute {a} plus {b}",
+        "Sum {a} and {b}",
+        "Increase {a} by {b}",
+        "Find the total of {a} and {b}",
+        "What is {a} + {b}?",
+        "Put {b} together with {a}",
+    ),
+    "-": (
+        "Subtract {b} from {a}",
+        "Compute {a} minus {b}",
+        "Decrease {a} by {b}",
+        "Take {b} off {a}",
+        "Find the difference between {a} and {b}",
+        "What is {a} - {b}?",
+        "Remove {b} from {a}",
+    ),
+    "*": (
+        "Multiply {a} by {b}",
+        "Compute {a} times {b}",
+        "Find the product of {a} and {b}",
+        "Scale {a} by a factor of {b}",
+        "What is {a} * {b}?",
+        "Take {b} groups of {a}",
+    ),
+    "/": (
+        "Divide {a} by {b}",
+        "Compute {a} over {b}",
+        "Split {a} into {b} equal parts",
+        "Find the quotient of {a} and {b}",
+        "What is {a} / {b}?",
+        "Share {a} among {b}",
+    ),
 }
 REFERENCES = (
     ("the result of step {i}", "r{i}"),
@@ -82,8 +112,12 @@ REFERENCES = (
     ("the value from step {i}", "v{i}"),
     ("out{i}", "out{i}"),
 )
-FUNCTION_NAMES = {"+": ("add", "plus", "sum"), "-": ("sub", "minus", "subtract"),
-                  "*": ("mul", "times", "multiply"), "/": ("div", "over", "divide")}
+FUNCTION_NAMES = {
+    "+": ("add", "plus", "sum"),
+    "-": ("sub", "minus", "subtract"),
+    "*": ("mul", "times", "multiply"),
+    "/": ("div", "over", "divide"),
+}
 
 
 @dataclass(frozen=True)

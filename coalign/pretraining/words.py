@@ -12,7 +12,9 @@ FIRST_NAMES = (
     "Ada Amir Bea Bram Cato Dara Eli Esme Farid Gus Hana Ines Ivo Jun Kai Lale Lior Mara Milo Noor Odile "
     "Pia Quin Rafi Runa Sami Tove Uma Vik Wren Xia Yara Zeno Abel Chiara Dov Enzo Freya Goran Hedda"
 ).split()
-SYLLABLES = "ba be bo da de do fa fi ka ke ko la li lo ma mi mo na ni no pa po ra re ri sa se so ta te to va vi za zo".split()
+SYLLABLES = (
+    "ba be bo da de do fa fi ka ke ko la li lo ma mi mo na ni no pa po ra re ri sa se so ta te to va vi za zo".split()
+)
 ENDINGS = ("", "n", "r", "s", "l", "x", "th", "nd")
 THINGS = (
     "pebble lantern ticket marble stamp seed bolt ribbon crate jar coin shell feather card brick kite "

@@ -24,6 +24,7 @@ from coalign.errors import RunError
 from coalign.expert import LLMPlans, expert_conversation
 from coalign.formats import lumos_chat
 from coalign.grpo_stages import STAGES
+from coalign.pretraining.bases import starting_point
 from coalign.models import load_tokenizer, make_tiny_model
 from coalign.recipes.shared import prepare_run
 from coalign.rewards import llm_judge
@@ -159,8 +160,8 @@ def cold_start(run: Run, config: RunConfig, console: Console) -> str:
 
     run.stage("expert_episodes", expert_episodes, [episodes])
     conversations = [row["messages"] for _, row in read_jsonl(episodes)]
-    init = settings.model
-    if init == "tiny":
+    init = starting_point(settings.model)
+    if init is None:
         init = str(run.path("models", "tiny-init"))
 
         def tiny() -> None:

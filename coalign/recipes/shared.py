@@ -19,6 +19,7 @@ from coalign.agents import Agent
 from coalign.config import LoraSettings, RunConfig, config_changes, config_to_yaml
 from coalign.evaluate import evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.models import make_tiny_model
+from coalign.pretraining.bases import starting_point
 from coalign.recipes.sft_data import grounder_data, planner_data, tokenizer_texts
 from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, write_json, write_jsonl
 from coalign.stages.sft import sft
@@ -60,7 +61,8 @@ def prepare_run(config: RunConfig, run_dir: str | Path, console: Console, force:
 
 
 def initial_models(run: Run, config: RunConfig, train: list[Task], console: Console) -> tuple[str, str]:
-    """Paths of the planner's and grounder's starting checkpoints; `tiny` ones are made here."""
+    """Paths of the planner's and grounder's starting checkpoints: from-scratch ones (`scratch`) are made here,
+    a shipped base is found by name (`coalign-base`), anything else is a path or hub id."""
     models = config.models
     tiny_dir = run.path("models", "tiny-init")
 
@@ -71,9 +73,10 @@ def initial_models(run: Run, config: RunConfig, train: list[Task], console: Cons
             make_tiny_model(texts, tmp, models.tiny, seed=config.seed)
         return {"path": str(tiny_dir)}
 
-    if "tiny" in (models.planner, models.grounder):
+    starts = [starting_point(name) for name in (models.planner, models.grounder)]
+    if None in starts:
         run.stage("init", make, [tiny_dir])
-    return tuple(str(tiny_dir) if name == "tiny" else name for name in (models.planner, models.grounder))
+    return tuple(str(tiny_dir) if start is None else start for start in starts)
 
 
 def load_split(run: Run, config: RunConfig, sources: list, label: str, console: Console) -> list[Task]:

@@ -1,0 +1,53 @@
+"""A pretraining run's validated config (`coalign pretrain CONFIG`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from coalign.config import ConfigError, Settings, TinySpec, load_settings
+from coalign.pretraining.corpus import CorpusSettings
+
+
+class PretrainTraining(Settings):
+    """Causal-LM training on packed blocks of `seq_len` tokens; `max_steps` optimizer steps in all, however
+    many sittings (`coalign pretrain --steps N`) they take."""
+
+    seq_len: int = Field(512, ge=16)
+    batch_size: int = Field(16, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    learning_rate: float = Field(2e-3, gt=0)
+    warmup_steps: int = Field(200, ge=0)
+    lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "cosine"
+    weight_decay: float = Field(0.01, ge=0)
+    bf16: bool = False
+    max_steps: int = Field(10_000, ge=1)
+    save_steps: int = Field(250, ge=1, description="a checkpoint to resume from every this many steps")
+    logging_steps: int = Field(25, ge=1)
+    eval_steps: int = Field(250, ge=1, description="held-out losses (copy drills, mixed text) every this many")
+    eval_documents: int = Field(300, ge=1, description="per held-out set, generated with another seed")
+
+
+class PretrainConfig(Settings):
+    name: str
+    seed: int = 0
+    corpus: CorpusSettings = CorpusSettings()
+    model: TinySpec = TinySpec()
+    train: PretrainTraining = PretrainTraining()
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+
+
+BUNDLED = Path(__file__).parent / "configs"
+
+
+def load_pretrain_config(name_or_path: str | Path, overrides: dict | None = None) -> PretrainConfig:
+    """A pretraining YAML path, or the name of a bundled one."""
+    path = Path(name_or_path)
+    if not path.exists():
+        path = BUNDLED / f"{name_or_path}.yaml"
+        if not path.exists():
+            known = sorted(p.stem for p in BUNDLED.glob("*.yaml"))
+            raise ConfigError(f"{name_or_path}: no such file, and no bundled pretraining config of that name ({known})")
+    return load_settings(path, PretrainConfig, overrides)

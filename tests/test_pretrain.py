@@ -1,0 +1,109 @@
+"""`coalign pretrain` end to end on a miniature base, its sittings, and shipped bases by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from coalign.cli import app
+from coalign.config import ConfigError
+from coalign.console import make_console
+from coalign.errors import RunError
+from coalign.models import load_tokenizer, train_tokenizer
+from coalign.pretraining import bases
+from coalign.pretraining.corpus import file_sha256
+from coalign.pretraining.pretrain import pretrain
+from coalign.pretraining.settings import load_pretrain_config
+
+CONSOLE = make_console()
+
+
+@pytest.fixture(scope="module")
+def mini_run(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("pretrain") / "mini"
+    pretrain(load_pretrain_config("mini"), folder, CONSOLE)
+    return folder
+
+
+def test_mini_base_pretrains_end_to_end(mini_run: Path) -> None:
+    config = load_pretrain_config("mini")
+    progress = json.loads((mini_run / "progress.json").read_text())
+    assert progress["steps"] == config.train.max_steps
+    assert progress["tokens_seen"] == config.train.max_steps * config.train.batch_size * config.train.seq_len
+    history = json.loads(
+        (mini_run / "trainer" / f"checkpoint-{config.train.max_steps}" / "trainer_state.json").read_text()
+    )
+    losses = [row["loss"] for row in history["log_history"] if "loss" in row]
+    assert losses[-1] < losses[0]  # it learned something, even in 12 steps
+    assert {"eval_copy_loss", "eval_mixed_loss"} <= set(progress["losses"])
+    assert (mini_run / "loss.png").stat().st_size > 0
+    recipe = json.loads((mini_run / "base" / "recipe.json").read_text())
+    assert recipe["parameters"] > 0 and recipe["corpus"]["documents"] >= config.corpus.documents
+    bases.verify_base(mini_run / "base")
+
+
+def test_sittings_add_up_to_one_run(mini_run: Path, tmp_path: Path) -> None:
+    """Two sittings (5 steps, then the rest) end on the same weights, byte for byte, as one."""
+    config = load_pretrain_config("mini")
+    first = pretrain(config, tmp_path / "split", CONSOLE, steps=5)
+    assert first["steps"] == 5 and not (tmp_path / "split" / "base").exists()
+    last = pretrain(config, tmp_path / "split", CONSOLE)
+    assert [(s["from"], s["to"]) for s in last["sittings"]] == [(0, 5), (5, config.train.max_steps)]
+    weights = "base/model.safetensors"
+    assert file_sha256(tmp_path / "split" / weights) == file_sha256(mini_run / weights)
+
+
+def test_a_run_folder_refuses_another_config(mini_run: Path) -> None:
+    with pytest.raises(SystemExit, match="different pretraining config"):
+        pretrain(load_pretrain_config("mini", {"train": {"learning_rate": 1.0}}), mini_run, CONSOLE)
+
+
+def test_digits_are_single_tokens_in_the_base_tokenizer(mini_run: Path) -> None:
+    tokenizer = load_tokenizer(mini_run / "base")
+    assert tokenizer.tokenize("90817") == list("90817")
+    assert tokenizer.decode(tokenizer("R1 = Calculator(4067 * 12)")["input_ids"]) == "R1 = Calculator(4067 * 12)"
+    scratch = train_tokenizer(["x 4067 y"] * 20, 300)
+    assert "4067" in scratch.tokenize("4067")  # from-scratch runs keep whole numbers as before
+
+
+def test_bad_pretraining_config_names_file_line_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ntrain:\n  seq_len: 64\n  max_step: 3\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml, line 4: field 'train.max_step': unknown key"):
+        load_pretrain_config(path)
+    with pytest.raises(ConfigError, match="no bundled pretraining config"):
+        load_pretrain_config("no-such-base")
+
+
+def test_shipping_and_finding_a_base_by_name(mini_run: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(bases, "BASES", tmp_path / "bases")
+    assert bases.starting_point("scratch") is None and bases.starting_point("tiny") is None
+    assert bases.starting_point("mini") == "mini"  # not shipped: a path or hub id, as given
+    shipped = bases.ship_base(mini_run / "base", "mini")
+    assert bases.shipped_bases() == ["mini"]
+    assert bases.starting_point("mini") == str(shipped)
+    (shipped / "model.safetensors").write_bytes(b"tampered")
+    with pytest.raises(RunError, match="does not match the sha256"):
+        bases.starting_point("mini")
+
+
+def test_shipping_refuses_unfinished_and_oversized_bases(mini_run: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(bases, "BASES", tmp_path / "bases")
+    with pytest.raises(RunError, match="not a finished base"):
+        bases.ship_base(mini_run / "models" / "init", "mini")
+    monkeypatch.setattr(bases, "MAX_BYTES", 1000)
+    with pytest.raises(RunError, match="a shipped base is at most"):
+        bases.ship_base(mini_run / "base", "mini")
+    assert not (tmp_path / "bases" / "mini").exists()
+
+
+def test_cli_pretrains_in_sittings(tmp_path: Path) -> None:
+    runner = CliRunner()
+    first = runner.invoke(app, ["pretrain", "mini", "--run-dir", str(tmp_path / "r"), "--steps", "4"])
+    assert first.exit_code == 0, first.output
+    assert "step 4 of 12" in first.output
+    bad = runner.invoke(app, ["pretrain", "mini", "--run-dir", str(tmp_path / "r"), "--set", "train.seq_len=2"])
+    assert bad.exit_code == 2 and "train.seq_len" in bad.output
