@@ -150,6 +150,22 @@ def model_planner(planner, max_new_tokens: int, temperature: float = 0.0, top_p:
     return guide
 
 
+# A turn writer: completion ids for each context of a batch. `hf_turns` (the model's `generate`) by default;
+# GRPO rollouts on a GPU pass vLLM's (`rollout.vllm_turns`). Same episodes, same ids, either way.
+TurnWriter = Callable[[Sequence[list[int]], int, float, float], list[list[int]]]
+
+
+def hf_turns(model, tokenizer) -> TurnWriter:
+    return lambda batch, max_new_tokens, temperature, top_p: _generate(
+        model, tokenizer, batch, max_new_tokens, temperature, top_p
+    )
+
+
+def cut_after_eos(rows: Sequence[Sequence[int]], eos_id: int) -> list[list[int]]:
+    """Each completion through its first end-of-sequence token."""
+    return [list(row[: row.index(eos_id) + 1]) if eos_id in row else list(row) for row in map(list, rows)]
+
+
 @torch.inference_mode()
 def _generate(model, tokenizer, batch: Sequence[list[int]], max_new_tokens: int, temperature: float, top_p: float):
     """Completion ids of each prompt (left-padded batch), cut after the first end-of-sequence token."""
@@ -160,12 +176,7 @@ def _generate(model, tokenizer, batch: Sequence[list[int]], max_new_tokens: int,
     out = model.generate(
         input_ids=input_ids, attention_mask=attention, **decoding(tokenizer, max_new_tokens, temperature, top_p)
     )
-    completions = []
-    for row in out[:, width:].tolist():
-        if tokenizer.eos_token_id in row:
-            row = row[: row.index(tokenizer.eos_token_id) + 1]
-        completions.append(row)
-    return completions
+    return cut_after_eos(out[:, width:].tolist(), tokenizer.eos_token_id)
 
 
 def _append_generated(tokenizer, episode: Episode, completion: list[int]) -> None:
@@ -227,12 +238,14 @@ def run_episodes(
     progress: bool = True,
     guide: Guide | None = None,
     executor=None,
+    writer: TurnWriter | None = None,
 ) -> list[Episode]:
     """Run the model as an AdaPlan (mode "adaplan", plan updated every `every` steps) or ReAct agent on
     each (environment, seed) task; episodes are batched per turn, longest contexts apart from shortest.
     `guide` (`expert_guide`, `model_planner`) writes the opening of each turn, as context. With `executor`
     (a second model, isolated planner and executor) the model writes only the plan blocks and the executor
-    the rest of each turn, as context."""
+    the rest of each turn, as context. `writer` writes the model's turns in place of its `generate`."""
+    writer = writer or hf_turns(model, tokenizer)
     episodes = [start_episode(tokenizer, name, seed, mode) for name, seed in tasks]
     for episode in episodes:
         if len(episode.ids) + max_new_tokens > max_context:
@@ -255,7 +268,9 @@ def run_episodes(
                 batch, begin, given = [batch[i] for i in keep], [begin[i] for i in keep], [given[i] for i in keep]
                 if not batch:
                     continue
-                texts, last = _write_turns(model, executor, tokenizer, batch, every, max_new_tokens, temperature, top_p)
+                texts, last = _write_turns(
+                    writer, executor, tokenizer, batch, every, max_new_tokens, temperature, top_p
+                )
                 for episode, text, b, opening, end in zip(batch, texts, begin, given, last, strict=True):
                     take_turn(tokenizer, episode, opening + text, b, end, every, max_context, max_new_tokens)
                     if not episode.running:
@@ -263,10 +278,10 @@ def run_episodes(
     return episodes
 
 
-def _write_turns(model, executor, tokenizer, batch, every, max_new_tokens, temperature, top_p):
+def _write_turns(writer: TurnWriter, executor, tokenizer, batch, every, max_new_tokens, temperature, top_p):
     """The model's part of each turn (appended, trained) and, with an executor, the executor's rest of it
     (appended as context): each turn's new text and the ids written last."""
-    completions = _generate(model, tokenizer, [e.ids for e in batch], max_new_tokens, temperature, top_p)
+    completions = writer([e.ids for e in batch], max_new_tokens, temperature, top_p)
     if executor is not None:
         due = [plan_due(e.mode, e.env.steps_taken, every) for e in batch]
         completions = [c[: plan_tokens(tokenizer, c)] if d else [] for c, d in zip(completions, due, strict=True)]

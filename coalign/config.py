@@ -234,6 +234,11 @@ class GRPOSettings(Settings):
         "(max_calls, max_retries, backoff_s, max_delay_s)",
     )
     mask_truncated_completions: bool = False
+    generation: Literal["hf", "vllm_colocate", "vllm_server"] = Field(
+        "hf", description="who samples the rollouts' turns: the model's generate, or vLLM (GPU, `pip install vllm`)"
+    )
+    vllm_server_url: str | None = Field(None, description="vllm_server: the `trl vllm-serve` server's base URL")
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm_colocate: vLLM's share of a GPU")
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
     lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "constant"
     bf16: bool = False

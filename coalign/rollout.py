@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from coalign.adaplan import Episode, expert_guide, run_episodes
+from coalign.adaplan import Episode, TurnWriter, cut_after_eos, expert_guide, run_episodes
 from coalign.envs import make_env
+from coalign.errors import RunError
 from coalign.formats_adaplan import first_message
 
 TRAINS = ("all", "plan", "action")  # which generated tokens a stage trains
@@ -104,11 +105,30 @@ def make_rollout_func(rows: Sequence[dict], spec: RolloutSpec, executor=None) ->
             raise ValueError("rollout_func got a prompt that is not one of its tasks' prompts") from None
         model = trainer.accelerator.unwrap_model(trainer.model)
         tokenizer = trainer.processing_class
+        writer = vllm_turns(trainer) if getattr(trainer, "use_vllm", False) else None
         episodes = run_episodes(
             model, tokenizer, chosen, spec.mode, spec.every, spec.max_new_tokens, spec.max_context,
             spec.batch_size, temperature=trainer.args.temperature, top_p=trainer.args.top_p,
-            progress=False, guide=expert_guide if spec.guided else None, executor=executor,
+            progress=False, guide=expert_guide if spec.guided else None, executor=executor, writer=writer,
         )  # fmt: skip
         return rollout_rows(episodes, spec.train, tokenizer.eos_token_id)
 
     return rollout
+
+
+def vllm_turns(trainer) -> TurnWriter:
+    """The policy's turns sampled by the trainer's vLLM engine (`rl.generation: vllm_colocate` or
+    `vllm_server`), whose weights TRL syncs before each rollout. Its sampling settings are the trainer's
+    (temperature, top-p, and `max_completion_length`, set to the turn budget), one completion per context.
+
+    One process only: vLLM's generate is a collective call in every process, and episodes of different
+    lengths would call it different numbers of times."""
+    if trainer.accelerator.num_processes > 1:
+        raise RunError("vLLM rollouts run in one process for now; use rl.generation: hf under accelerate launch")
+    eos = trainer.processing_class.eos_token_id
+
+    def write(batch, max_new_tokens, temperature, top_p) -> list[list[int]]:
+        _, completions, _, _ = trainer.vllm_generation.generate(prompts=list(batch), images=None, num_generations=1)
+        return cut_after_eos(completions, eos)
+
+    return write

@@ -70,7 +70,7 @@ def test_the_trainers_loss_mask_is_the_rollouts_and_masked_tokens_get_no_gradien
     def varied(episode, **_):  # rewards that differ within a group, so every advantage is nonzero
         return [float(i % 2) for i in range(len(episode))]
 
-    trainer = GRPOTrainer(model=model, reward_funcs=[varied], args=grpo_config(settings, stage, tmp_path, 0, [1.0]),
+    trainer = GRPOTrainer(model=model, reward_funcs=[varied], args=grpo_config(settings, stage, tmp_path, 0, [1.0], 64),
                           train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                           rollout_func=recording)  # fmt: skip
     inputs = [rows[0], rows[0], rows[1], rows[1]]
@@ -235,3 +235,24 @@ def test_the_llm_adherence_judge_is_built_from_the_config_and_calls_the_endpoint
 def test_judge_options_are_checked_when_the_config_loads(judge, options, message):
     with pytest.raises(ValueError, match=message):
         GRPOSettings(**{**RL, "judge": judge, "judge_options": options})
+
+
+def test_vllm_generation_is_configured_for_trl_and_refused_without_vllm(tmp_path, monkeypatch):
+    import importlib.util
+
+    from coalign.config import GRPOSettings
+    from coalign.errors import RunError
+    from coalign.grpo_stages import STAGES
+
+    stage = STAGES["executor"]
+    hf = grpo_config(GRPOSettings(batch_size=2, num_generations=2), stage, tmp_path, 0, [1.0], 48)
+    assert not hf.use_vllm and hf.max_completion_length == 48
+    server = GRPOSettings(batch_size=2, num_generations=2, generation="vllm_server", vllm_server_url="http://127.0.0.1:8000")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "vllm" else real_find_spec(name))
+    with pytest.raises(RunError, match="needs vLLM"):
+        grpo_config(server, stage, tmp_path, 0, [1.0], 48)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "vllm" else real_find_spec(name))
+    args = grpo_config(server, stage, tmp_path, 0, [1.0], 48)
+    assert args.use_vllm and args.vllm_mode == "server" and args.vllm_server_base_url == "http://127.0.0.1:8000"
+    assert args.max_completion_length == 48  # vLLM's per-call budget: one turn

@@ -9,6 +9,7 @@ import pytest
 
 from coalign import envs
 from coalign.adaplan import expert_guide, plan_tokens, run_episodes
+from coalign.errors import RunError
 from coalign.formats_adaplan import PLAN_CLOSE, format_turn
 from coalign.rollout import RolloutSpec, make_rollout_func, prompt_rows, rollout_rows, trained_mask
 from tests.toy_env import ScriptedModel, toy_tokenizer
@@ -121,6 +122,46 @@ def test_the_rollout_function_runs_each_prompt_as_its_task(tokenizer):
         rollout([[{"role": "user", "content": rows[0]["prompt"][0]["content"]}]], trainer)
     with pytest.raises(ValueError, match="not one of its tasks"):
         rollout([[{"role": "user", "content": "x", "task": "toy/99"}]], trainer)
+
+
+class FakeVLLM:
+    """TRL's `VLLMGeneration.generate` contract over the scripted model: completions without their prompts,
+    here with stray tokens after the end-of-sequence token (a real engine stops there; the cut must hold)."""
+
+    def __init__(self, tokenizer):
+        self.model, self.tokenizer, self.calls = ScriptedModel(tokenizer), tokenizer, 0
+
+    def generate(self, prompts, images, num_generations):
+        assert images is None and num_generations == 1
+        self.calls += 1
+        completions = []
+        for ids in prompts:
+            new = self.tokenizer(self.model.turn(self.tokenizer.decode(ids)) + "</s>", add_special_tokens=False)
+            completions.append(new["input_ids"] + [self.tokenizer.pad_token_id] * 3)
+        return prompts, completions, None, None
+
+
+def _trainer(tokenizer, **extra):
+    return SimpleNamespace(
+        model=ScriptedModel(tokenizer),
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m, num_processes=extra.pop("processes", 1)),
+        processing_class=tokenizer,
+        args=SimpleNamespace(temperature=1.0, top_p=1.0),
+        **extra,
+    )
+
+
+def test_vllm_rollouts_take_the_same_code_path_and_give_the_same_rows(tokenizer):
+    rows = prompt_rows([("toy", 0), ("toy", 2)], "adaplan")
+    rollout = make_rollout_func(rows, RolloutSpec(max_context=1024))
+    prompts = [rows[0]["prompt"], rows[1]["prompt"]]
+    engine = FakeVLLM(tokenizer)
+    with_vllm = rollout(prompts, _trainer(tokenizer, use_vllm=True, vllm_generation=engine))
+    with_generate = rollout(prompts, _trainer(tokenizer, use_vllm=False))
+    assert engine.calls > 0
+    assert with_vllm == with_generate
+    with pytest.raises(RunError, match="one process"):
+        rollout(prompts, _trainer(tokenizer, use_vllm=True, vllm_generation=engine, processes=2))
 
 
 def test_a_spec_refuses_unknown_token_sets_and_guided_react():

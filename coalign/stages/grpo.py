@@ -8,6 +8,7 @@ the finished model replaces `<out>` in one move.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from datasets import Dataset
@@ -15,6 +16,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 
 from coalign.config import GRPOSettings, LoraSettings
+from coalign.errors import RunError
 from coalign.grpo_stages import Stage
 from coalign.models import load_model, load_tokenizer
 from coalign.rewards import reward_functions
@@ -22,8 +24,14 @@ from coalign.rollout import RolloutSpec, make_rollout_func
 from coalign.stages.training import common_args, train_and_save, training_model
 
 
-def grpo_config(settings: GRPOSettings, stage: Stage, out: Path, seed: int, reward_weights: list[float]) -> GRPOConfig:
-    """TRL's arguments for one stage from our settings."""
+def grpo_config(
+    settings: GRPOSettings, stage: Stage, out: Path, seed: int, reward_weights: list[float], turn_tokens: int
+) -> GRPOConfig:
+    """TRL's arguments for one stage from our settings. `turn_tokens`: the rollouts' budget per turn, which
+    is what vLLM generates at most per call (the trainer cuts nothing that a rollout function returns)."""
+    vllm = settings.generation != "hf"
+    if vllm and importlib.util.find_spec("vllm") is None:
+        raise RunError(f"rl.generation: {settings.generation} needs vLLM (pip install vllm, on a GPU machine)")
     return GRPOConfig(
         **common_args(settings, out, seed),
         reward_weights=reward_weights,
@@ -37,6 +45,18 @@ def grpo_config(settings: GRPOSettings, stage: Stage, out: Path, seed: int, rewa
         save_strategy="steps",
         save_steps=settings.save_steps,
         log_completions=False,
+        max_completion_length=turn_tokens,
+        use_vllm=vllm,
+        **(
+            {
+                "vllm_mode": settings.generation.removeprefix("vllm_"),
+                "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+                "vllm_enable_sleep_mode": False,
+                **({"vllm_server_base_url": settings.vllm_server_url} if settings.vllm_server_url else {}),
+            }
+            if vllm
+            else {}
+        ),
     )
 
 
@@ -63,7 +83,7 @@ def grpo_stage(
     model, peft_config = training_model(init, trust_remote_code, lora)
     weights = {name: settings.weights.get(name, 0.0) for name in stage.rewards}
     funcs, reward_weights = reward_functions(weights, slack=settings.slack, judge=judge)
-    config = grpo_config(settings, stage, out, seed, reward_weights)
+    config = grpo_config(settings, stage, out, seed, reward_weights, spec.max_new_tokens)
     fixed = load_model(executor, trust_remote_code, dtype="float32") if executor else None
 
     def trainer() -> GRPOTrainer:
