@@ -326,6 +326,40 @@ def data_suite(
         console.print(f"{split}: {len(tasks)} tasks -> {out}")
 
 
+@data_app.command("fetch")
+def data_fetch(
+    source: Annotated[str, typer.Argument(help="lumos: Agent Lumos's training sets (paper-moat configs' data.train)")],
+    out: Annotated[Path, typer.Option(help="folder of the JSONL files and their record, fetch.json")] = Path("data"),
+    families: Annotated[str, typer.Option(help="comma-separated: maths, qa, web")] = "maths,qa,web",
+    revision: Annotated[str, typer.Option(help="hub revision of every set: a branch, tag or commit")] = "main",
+    skip_bad_rows: Annotated[
+        bool,
+        typer.Option(
+            "--skip-bad-rows",
+            help="count the rows coalign's Lumos loader refuses (recorded in fetch.json) instead of stopping at the "
+            "first; a run then needs --skip-bad-rows too",
+        ),
+    ] = False,
+) -> None:
+    """Download training data from the Hugging Face hub into the files the paper configs read, record where each
+    came from and its sha256 (OUT/fetch.json), and read it back with coalign's loader."""
+    from coalign.data_fetch import LUMOS_SETS, FetchError, fetch_lumos
+
+    if source != "lumos":
+        raise typer.BadParameter(f"the sources are: lumos; got {source!r}")
+    names = [name.strip() for name in families.split(",") if name.strip()]
+    if not names or set(names) - set(LUMOS_SETS):
+        raise typer.BadParameter(f"--families takes comma-separated {', '.join(LUMOS_SETS)}, got {families!r}")
+    try:
+        fetch_lumos(out, names, revision=revision, skip_bad_rows=skip_bad_rows, console=console)
+    except FetchError as err:
+        raise _fail(err) from None
+    except DataError as err:
+        typer.echo(f"error: {err}", err=True)
+        typer.echo("the file is kept as fetched; --skip-bad-rows (here and for the run) leaves such rows out", err=True)
+        raise typer.Exit(2) from None
+
+
 @data_app.command("check-gold")
 def data_check_gold(
     kind: Annotated[str, typer.Argument(help="gsm8k or svamp (a file), or suite (the bundled suite of --family)")],
