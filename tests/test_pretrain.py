@@ -107,3 +107,12 @@ def test_cli_pretrains_in_sittings(tmp_path: Path) -> None:
     assert "step 4 of 12" in first.output
     bad = runner.invoke(app, ["pretrain", "mini", "--run-dir", str(tmp_path / "r"), "--set", "train.seq_len=2"])
     assert bad.exit_code == 2 and "train.seq_len" in bad.output
+
+
+def test_the_corpus_contamination_check_is_run_and_recorded(mini_run: Path) -> None:
+    report = json.loads((mini_run / "corpus" / "leakage.json").read_text())
+    assert report["verbatim"]["n"] == 13 and report["skeleton"]["n"] == 8
+    assert {"suite-heldout:question", "qa-suite-heldout:question"} <= set(report["verbatim"]["sets"])
+    recorded = json.loads((mini_run / "base" / "recipe.json").read_text())["leakage"]
+    assert recorded["verbatim"]["leaked"] == 0 and recorded["skeleton"]["leaked"] == 0
+    assert recorded["verbatim"]["checked"] > 0

@@ -1,10 +1,11 @@
 """`coalign pretrain`: causal-LM pretraining of a small Llama on the corpus, resumable in sittings.
 
-The run folder holds, in order: the corpus and its record, the tokenizer and initial model, the packed
-token blocks, the trainer's checkpoints, and, once `max_steps` are done, `base/`: the pretrained model
-with a `recipe.json` (config, corpus record, parameters, tokens seen, wall time, file hashes) that is
-what the package ships. A sitting (`--steps N`) trains N more steps and stops at a checkpoint; the next
-resumes from it with the same data order and learning-rate schedule, so the steps add up to one run.
+The run folder holds, in order: the corpus, its record and its contamination check (`corpus/`), the
+tokenizer and initial model, the packed token blocks, the trainer's checkpoints, and, once `max_steps` are
+done, `base/`: the pretrained model with a `recipe.json` (config, corpus record, leaked-item counts,
+parameters, tokens seen, wall time, file hashes) that is what the package ships. A sitting (`--steps N`)
+trains N more steps and stops at a checkpoint; the next resumes from it with the same data order and
+learning-rate schedule, so the steps add up to one run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from trl import SFTConfig, SFTTrainer
 from coalign.errors import RunError
 from coalign.models import load_model, load_tokenizer, make_tiny_model, parameter_count
 from coalign.pretraining.corpus import CorpusSettings, build_corpus, file_sha256
+from coalign.pretraining.leakage import leakage_report
 from coalign.pretraining.settings import PretrainConfig
 from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, write_json
 
@@ -76,13 +78,35 @@ def pretrain(config: PretrainConfig, run_dir: str | Path, console: Console, step
                 token_dataset(tokenizer, held_out).save_to_disk(str(tmp / name))
         return {"tokens": sum(map(len, load_from_disk(str(blocks / "train"))["input_ids"]))}
 
+    def leakage() -> dict:
+        console.print("contamination check: the corpus's n-grams against every evaluation set it could leak")
+        check = config.leakage
+        report = leakage_report(config.corpus, config.seed, check.data, check.tasks, check.env_tasks)
+        write_json(run.path("corpus", "leakage.json"), report)
+        return leaked_counts(report)
+
     run.stage("corpus", corpus, [corpus_file, run.path("corpus", "record.json")])
+    run.stage("leakage", leakage, [run.path("corpus", "leakage.json")], inputs=[corpus_file])
     run.stage("init", make_init, [init], inputs=[corpus_file])
     run.stage("tokens", tokenize, [blocks], inputs=[init])
     progress = train(run, config, init, blocks, steps, console)
     if progress["steps"] >= config.train.max_steps:
         run.stage("base", lambda: export_base(run, config, progress), [run.path("base")])
     return progress
+
+
+def leaked_counts(report: dict) -> dict:
+    """Per view, the items checked and leaked over all probe sets, and the sets with any leak."""
+    out = {}
+    for view in ("verbatim", "skeleton"):
+        sets = report[view]["sets"]
+        out[view] = {
+            "n": report[view]["n"],
+            "checked": sum(s["checked"] for s in sets.values()),
+            "leaked": sum(s["leaked"] for s in sets.values()),
+            "sets_with_leaks": {name: s["leaked"] for name, s in sets.items() if s["leaked"]},
+        }
+    return out
 
 
 def record_pretrain_config(run: Run, config: PretrainConfig) -> None:
@@ -245,6 +269,7 @@ def export_base(run: Run, config: PretrainConfig, progress: dict) -> dict:
             "sittings": len(progress["sittings"]),
             "losses": progress["losses"],
             "corpus": read_json(run.path("corpus", "record.json")),
+            "leakage": leaked_counts(read_json(run.path("corpus", "leakage.json"))),
             "files_sha256": {name: file_sha256(tmp / name) for name in BASE_FILES if (tmp / name).exists()},
         }
         write_json(tmp / "recipe.json", recipe)

@@ -30,6 +30,15 @@ class PretrainTraining(Settings):
     eval_documents: int = Field(300, ge=1, description="per held-out set, generated with another seed")
 
 
+class LeakageSettings(Settings):
+    """The contamination check (`leakage.leakage_report`): how many tasks of each suite split and environment
+    are probed (3000 and 50 cover every bundled config), and where GSM8K test and SVAMP are, if anywhere."""
+
+    tasks: int = Field(3000, ge=1)
+    env_tasks: int = Field(50, ge=1)
+    data: str | None = Field(None, description="a folder with gsm8k/test.jsonl and svamp/SVAMP.json")
+
+
 class PretrainConfig(Settings):
     name: str
     seed: int = 0
@@ -37,6 +46,7 @@ class PretrainConfig(Settings):
     model: TinySpec = TinySpec()
     train: PretrainTraining = PretrainTraining()
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+    leakage: LeakageSettings = LeakageSettings()
 
 
 BUNDLED = Path(__file__).parent / "configs"
