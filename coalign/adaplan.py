@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from coalign.agents import _NoBar, decoding, progress_bar
+from coalign.agents import _NoBar, progress_bar
+from coalign.backends import decoding
 from coalign.envs import TextEnv, make_env
 from coalign.formats_adaplan import (
     PLAN_CLOSE,

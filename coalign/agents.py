@@ -1,32 +1,50 @@
 """The two agents as models: prompting and batched generation.
 
 The planner maps a task to a subgoal sequence, the grounder maps (task, tools, subgoals) to an
-action sequence; both are plain causal LMs prompted in Lumos's formats.
+action sequence; both are plain causal LMs prompted in Lumos's formats. Their text comes from the
+agent's generation backend (`backends`: the model's own generate unless the config says vllm or openai).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from coalign.backends import Backend, HFBackend, Role, make_backend
 from coalign.formats import format_actions, format_subgoals, grounder_prompt, planner_prompt
 from coalign.models import load_model, load_tokenizer, render_prompt
 from coalign.tasks import Task
 
+if TYPE_CHECKING:
+    from coalign.config import GenerationSettings
+
 
 @dataclass
 class Agent:
-    """A loaded model with its tokenizer (padded left for generation)."""
+    """A loaded model with its tokenizer (padded left for generation), and where its text comes from:
+    `backend` None is the model's own batched generate."""
 
     model: object
     tokenizer: object
+    backend: Backend | None = None
 
     @classmethod
-    def load(cls, path: str, trust_remote_code: bool = False) -> "Agent":
-        return cls(load_model(path, trust_remote_code=trust_remote_code), load_tokenizer(path, trust_remote_code))
+    def load(
+        cls,
+        path: str,
+        trust_remote_code: bool = False,
+        generation: GenerationSettings | None = None,
+        role: Role = "planner",
+    ) -> "Agent":
+        """The checkpoint at `path`, its text from the backend `generation` (the config's block) names; `role`
+        picks the agent's server under the openai backend. The model is loaded whatever the backend: scoring
+        (stage 1's rewards, grounding PPL) needs its likelihoods, which no backend here gives."""
+        tokenizer = load_tokenizer(path, trust_remote_code)
+        backend = make_backend(generation, str(path), role, tokenizer, trust_remote_code)
+        return cls(load_model(path, trust_remote_code=trust_remote_code), tokenizer, backend)
 
 
 def progress_bar() -> Progress:
@@ -51,21 +69,6 @@ class _NoBar:
         return None
 
 
-def decoding(tokenizer, max_new_tokens: int, temperature: float, top_p: float) -> dict:
-    """`generate` settings: greedy at temperature 0, else sampling with nucleus `top_p` (no top-k)."""
-    sampling = temperature > 0
-    return dict(
-        max_new_tokens=max_new_tokens,
-        do_sample=sampling,
-        temperature=temperature if sampling else None,
-        top_p=top_p if sampling else None,
-        top_k=None,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-
-
-@torch.inference_mode()
 def generate(
     agent: Agent,
     users: Sequence[str | Sequence[dict[str, str]]],
@@ -80,29 +83,17 @@ def generate(
     """Complete each user turn (or conversation so far, ending with a user turn); returns
     `num_return_sequences` texts per prompt, in input order.
 
-    Prompts are sorted by length before batching so little compute goes to padding.
-    temperature 0 is greedy decoding. `progress` False shows no bar (a caller with its own).
+    Prompts are rendered here (`render_prompt`), so every backend continues the same text. temperature 0 is
+    greedy decoding. `batch_size`: prompts per `model.generate` call of the default backend (vLLM and a server
+    schedule their own). `progress` False shows no bar (a caller with its own).
     """
-    tok, model = agent.tokenizer, agent.model
-    prompts = [render_prompt(tok, u) for u in users]
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    out: list[list[str]] = [[] for _ in prompts]
+    prompts = [render_prompt(agent.tokenizer, u) for u in users]
+    backend = agent.backend or HFBackend(agent.model, agent.tokenizer, batch_size)
     with progress_bar() if progress else _NoBar() as bar:
         task = bar.add_task(desc, total=len(prompts))
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            enc = tok([prompts[i] for i in idx], return_tensors="pt", padding=True)  # special tokens as TRL trains
-            enc = {k: v.to(model.device) for k, v in enc.items()}
-            gen = model.generate(
-                **enc,
-                **decoding(tok, max_new_tokens, temperature, top_p),
-                num_return_sequences=num_return_sequences,
-            )
-            texts = tok.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-            for j, i in enumerate(idx):
-                out[i] = [t.strip() for t in texts[j * num_return_sequences : (j + 1) * num_return_sequences]]
-            bar.advance(task, len(idx))
-    return out
+        return backend.complete(
+            prompts, max_new_tokens, num_return_sequences, temperature, top_p, lambda done: bar.advance(task, done)
+        )
 
 
 def plan(planner: Agent, questions: Sequence[str], max_new_tokens: int, batch_size: int) -> list[str]:

@@ -174,9 +174,9 @@ def eval_(
                 RunError(f"{where}; train first (coalign train {config} --run-dir {trained}) or give --{agent}")
             )
     root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}" if planner or grounder else trained
-    run = prepare_run(cfg, root, console, force)
     planner, grounder = planner or str(defaults["planner"]), grounder or str(defaults["grounder"])
     try:
+        run = prepare_run(cfg, root, console, force, trains=False)
         results = evaluate_run(run, cfg, planner, grounder, console)
     except (DataError, RunError, OSError) as err:  # OSError: a checkpoint that cannot be loaded
         raise _fail(err) from None

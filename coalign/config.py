@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coalign.critic_options import (
     PLANNER_OPTIONS,
+    SECRET_OPTIONS,
     check_critic_options,
     check_judge_options,
     split_endpoint_options,
@@ -360,6 +362,68 @@ class LoraSettings(Settings):
         return on
 
 
+class ServedModel(Settings):
+    """A checkpoint on an OpenAI-compatible server: its base URL and the name it is served under
+    (`vllm serve PATH --served-model-name NAME`)."""
+
+    base_url: str = Field(description="http://host:port/v1")
+    model: str
+
+    @field_validator("base_url")
+    @classmethod
+    def _plain_url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}")
+        if parts.username or parts.password or parts.query:
+            raise ValueError("must not hold credentials or a query; name the key's variable in generation.api_key_env")
+        return url
+
+
+BACKEND_SETTINGS = {
+    "hf": (),
+    "vllm": ("gpu_memory_utilization",),
+    "openai": ("planner", "grounder", "api_key_env", "timeout_s", "max_retries", "max_concurrency"),
+}
+
+
+class GenerationSettings(Settings):
+    """Who writes the planner's and grounder's text in the lumos and moat recipes and `coalign eval`
+    (`backends`): `hf`, the model's own generate; `vllm`, vLLM's offline engine (a GPU); `openai`, finished
+    checkpoints on OpenAI-compatible servers (`vllm serve`, SGLang), for `coalign eval` only, since a run that
+    trains changes its models every stage. Each option belongs to one backend; another's, set off its default, is
+    refused."""
+
+    backend: Literal["hf", "vllm", "openai"] = "hf"
+    planner: ServedModel | None = None
+    grounder: ServedModel | None = None
+    api_key_env: str = Field("OPENAI_API_KEY", description="the variable holding the servers' key; unset: none sent")
+    timeout_s: float = Field(120.0, gt=0, description="per request")
+    max_retries: int = Field(3, ge=0, description="of a timeout, connection error, 429 or 5xx, with back-off")
+    max_concurrency: int = Field(8, ge=1, description="requests in flight per agent")
+    gpu_memory_utilization: float = Field(
+        0.4,
+        gt=0,
+        le=1,
+        description="each vLLM engine's share of the GPU: evaluation holds two (planner and grounder), and the rest "
+        "is left to the stages that train",
+    )
+
+    @model_validator(mode="after")
+    def _fits_backend(self) -> "GenerationSettings":
+        own = {"backend", *BACKEND_SETTINGS[self.backend]}
+        fields = type(self).model_fields
+        stray = sorted(name for name in fields if name not in own and getattr(self, name) != fields[name].default)
+        if stray:
+            raise ValueError(f"generation.{stray[0]} does not apply to backend {self.backend}")
+        missing = [role for role in ("planner", "grounder") if self.backend == "openai" and getattr(self, role) is None]
+        if missing:
+            raise ValueError(
+                f"backend openai needs generation.{missing[0]}: {{base_url, model}}, the server of that checkpoint"
+            )
+        return self
+
+
 class RunConfig(Settings):
     name: str
     recipe: str = Field("lumos", description="a recipe of `recipe_registry.REGISTRY`: lumos, moat, pilotrl")
@@ -378,11 +442,24 @@ class RunConfig(Settings):
     eval: EvalSettings = EvalSettings()
     pilotrl: PilotRLSettings = PilotRLSettings()
     lora: LoraSettings | None = Field(None, description="LoRA adapters in every training stage; none: full fine-tuning")
+    generation: GenerationSettings | None = Field(None, description="generation backend; none: hf")
 
     @model_validator(mode="after")
     def _has_data(self) -> "RunConfig":
         if self.recipe != "pilotrl" and self.data is None:
             raise ValueError(f"recipe '{self.recipe}' needs a 'data' section (its train, heldin and heldout sets)")
+        return self
+
+    @model_validator(mode="after")
+    def _generation_fits(self) -> "RunConfig":
+        if self.generation is None:
+            return self
+        if self.recipe == "pilotrl":
+            raise ValueError(
+                "generation applies to the lumos and moat recipes; pilotrl's rollouts are pilotrl.rl.generation"
+            )
+        if self.generation.backend == "vllm" and self.lora is not None and not self.lora.merge:
+            raise ValueError("generation.backend vllm loads whole models; with it, set lora.merge: true")
         return self
 
     @field_validator("recipe")
@@ -391,6 +468,12 @@ class RunConfig(Settings):
         if name not in RECIPES:
             raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
         return name
+
+
+SECRET_KEY = (
+    "a secret is refused in a config, which is saved with the run; put it in an environment variable and give "
+    "that variable's name (api_key_env)"
+)
 
 
 class ConfigError(ValueError):
@@ -455,7 +538,9 @@ def load_settings(path: Path, model: type[Settings], overrides: dict | None = No
             key = ".".join(str(p) for p in loc) or "(top level)"
             line = _line_of(root, loc) if root is not None else None
             where = f"{path}, line {line}" if line else str(path)
-            msg = "unknown key (typo?)" if e["type"] == "extra_forbidden" else e["msg"]
+            msg = e["msg"]
+            if e["type"] == "extra_forbidden":
+                msg = SECRET_KEY if str(loc[-1]).lower() in SECRET_OPTIONS else "unknown key (typo?)"
             lines.append(f"{where}: field '{key}': {msg}")
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
 
@@ -468,10 +553,10 @@ def _merge(base: dict, top: dict) -> dict:
 
 
 def config_to_yaml(config: RunConfig) -> str:
-    """The config as saved in a run folder; without LoRA no `lora` key, so runs saved before it resume."""
-    return yaml.safe_dump(
-        config.model_dump(mode="json", exclude={"lora"} if config.lora is None else None), sort_keys=False
-    )
+    """The config as saved in a run folder; without LoRA no `lora` key, without a generation block no
+    `generation` key, so runs saved before they existed resume."""
+    unset = {name for name in ("lora", "generation") if getattr(config, name) is None}
+    return yaml.safe_dump(config.model_dump(mode="json", exclude=unset or None), sort_keys=False)
 
 
 UNSET = "<unset>"

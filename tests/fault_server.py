@@ -1,8 +1,9 @@
 """A loopback OpenAI-compatible server that answers from a script of replies and faults.
 
-Each request pops the next `Reply` (the default once the script is empty): a chat completion, an
-HTTP error, a delay past the client's timeout, a truncated or lying body, or a careless echo of
-the Authorization header. It records what it received, so tests can check keys and concurrency.
+Each request pops the next `Reply` (the default once the script is empty): a chat completion (or, on
+`/v1/completions`, the `n` texts of `Server.completions`), an HTTP error, a delay past the client's
+timeout, a truncated or lying body, or a careless echo of the Authorization header. `GET /v1/models`
+lists `Server.models`. It records what it received, so tests can check keys and concurrency.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 
@@ -29,11 +31,19 @@ class Reply:
     echo_auth: bool = False  # put the request's Authorization header in the body (a careless server)
 
 
+def echo(body: dict) -> list[str]:
+    """The default completions: the prompt and each candidate's number (order can be checked), and a newline a
+    client must strip."""
+    return [f"{body['prompt']}#{i}\n" for i in range(body.get("n", 1))]
+
+
 @dataclass
 class Server:
     url: str
     script: list[Reply]  # popped per request; the default Reply once empty
     default: Reply = field(default_factory=Reply)
+    completions: Callable[[dict], list[str]] = echo  # a /v1/completions request's texts
+    models: list[dict] = field(default_factory=list)  # GET /v1/models's `data`
     auth: list[str | None] = field(default_factory=list)
     bodies: list[dict] = field(default_factory=list)
     in_flight: int = 0
@@ -45,6 +55,19 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:  # keep test output quiet
             pass
+
+        def do_GET(self) -> None:
+            auth = self.headers.get("Authorization")
+            with server.lock:
+                server.auth.append(auth)
+            ok = auth == f"Bearer {KEY}" and self.path == "/v1/models"
+            body = {"object": "list", "data": server.models} if ok else {"error": "bad key or path"}
+            data = json.dumps(body).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def do_POST(self) -> None:
             with server.lock:
@@ -67,12 +90,16 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
                 server.auth.append(auth)
                 server.bodies.append(body)
             time.sleep(reply.delay_s)
-            if auth != f"Bearer {KEY}" or self.path != "/v1/chat/completions":
+            if auth != f"Bearer {KEY}" or self.path not in ("/v1/chat/completions", "/v1/completions"):
                 reply = Reply(None, 401, raw=b'{"error": "bad key or path"}')
             if reply.raw is not None:
                 data = reply.raw
             elif reply.echo_auth:
                 data = json.dumps({"error": f"rejected header Authorization: {auth}"}).encode()
+            elif self.path == "/v1/completions":
+                texts = server.completions(body)
+                choices = [{"index": i, "text": t, "finish_reason": "stop"} for i, t in enumerate(texts)]
+                data = json.dumps({"object": "text_completion", "choices": choices}).encode()
             else:
                 data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply.content}}]}).encode()
             self.send_response(reply.status)

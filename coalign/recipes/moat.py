@@ -105,7 +105,7 @@ def sample_stage(run: Run, r: int, config: RunConfig, planner: str, units: list[
 
     def sample() -> dict:
         torch.manual_seed(config.seed * 1000 + r)
-        agent = Agent.load(planner, config.models.trust_remote_code)
+        agent = Agent.load(planner, config.models.trust_remote_code, config.generation, "planner")
         prompts = [u.planner_prompt() for u in units]
         candidates = sample_completions(
             agent, prompts, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size
@@ -236,7 +236,7 @@ def grounding_stage(run: Run, r: int, config: RunConfig, grounder: str, units, c
         torch.manual_seed(config.seed * 1000 + 500 + r)
         users = [u.grounder_prompt(c) for u, cands in zip(units, candidates) for c in cands]
         outs = generate(
-            Agent.load(grounder, config.models.trust_remote_code),
+            Agent.load(grounder, config.models.trust_remote_code, config.generation, "grounder"),
             users,
             m.max_new_tokens_ground,
             m.batch_size,

@@ -7,6 +7,7 @@ Each step leaves its output in the run folder and is skipped when already finish
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -16,7 +17,9 @@ import torch
 from rich.console import Console
 
 from coalign.agents import Agent
+from coalign.backends import VLLM_MISSING
 from coalign.config import LoraSettings, RunConfig, config_changes, config_to_yaml
+from coalign.errors import RunError
 from coalign.evaluate import evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.models import make_tiny_model
 from coalign.pretraining.bases import starting_point
@@ -50,8 +53,26 @@ def record_config(run: Run, config: RunConfig, force: bool = False) -> None:
     atomic_write_text(saved, text)
 
 
-def prepare_run(config: RunConfig, run_dir: str | Path, console: Console, force: bool = False) -> Run:
-    """Open the run folder and record its config (see `record_config` for a changed one)."""
+def check_generation(config: RunConfig, trains: bool) -> None:
+    """RunError before any work for a generation backend the run cannot use: vLLM not installed, or a server
+    for a run that `trains` (it changes the models it generates with every stage, a server holds one)."""
+    backend = config.generation.backend if config.generation else "hf"
+    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise RunError(VLLM_MISSING)
+    if backend == "openai" and trains:
+        raise RunError(
+            "generation.backend openai generates with the checkpoints servers hold, but this run trains the planner "
+            "and grounder it generates with; train with generation.backend hf or vllm, and evaluate finished "
+            "checkpoints on servers with coalign eval --planner P --grounder G"
+        )
+
+
+def prepare_run(
+    config: RunConfig, run_dir: str | Path, console: Console, force: bool = False, trains: bool = True
+) -> Run:
+    """Open the run folder and record its config (see `record_config` for a changed one); `trains` False for
+    a run that only evaluates given checkpoints (`check_generation`)."""
+    check_generation(config, trains)
     run = Run(run_dir)
     record_config(run, config, force)
     if config.threads:
@@ -125,7 +146,9 @@ def evaluate_run(
 
     def evaluate() -> dict:
         trust = config.models.trust_remote_code
-        planner, grounder = Agent.load(planner_path, trust), Agent.load(grounder_path, trust)
+        generation = config.generation
+        planner = Agent.load(planner_path, trust, generation, "planner")
+        grounder = Agent.load(grounder_path, trust, generation, "grounder")
         results: dict = {}
         for split in ("heldin", "heldout"):
             per_set, families = {}, {}

@@ -263,66 +263,86 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-@dataclass(frozen=True)
-class OpenAIChat:
-    """`Complete` over an OpenAI-compatible `/chat/completions` endpoint (vLLM, hosted APIs).
+def _http_error(exc: urllib.error.HTTPError, key: str) -> CallError:
+    """A classified HTTP error; the body's first bytes, with the key scrubbed, for one that is not retried."""
+    code = exc.code
+    if code == 429 or code >= 500:
+        kind = "http_429" if code == 429 else "http_5xx"
+        return CallError(kind, f"http {code}", _retry_after(exc.headers.get("Retry-After")))
+    try:
+        body = exc.read(300).decode("utf-8", "replace")
+    except (OSError, HTTPException):
+        body = ""
+    if key:
+        body = body.replace(key, "***")
+    detail = " ".join(body.split())[:200]
+    return CallError("http_other", f"http {code}" + (f": {detail}" if detail else ""))
+
+
+def request_json(options: OpenAIOptions, path: str, payload: dict | None = None) -> object:
+    """The decoded JSON reply of an OpenAI-compatible endpoint: `payload` POSTed to `base_url` + `path`, or a
+    GET when there is none. Every failure is a classified `CallError` whose text never holds the key.
 
     The key is read from `options.api_key_env` at each call and goes only into the Authorization header
-    (none is sent when the variable is unset, as a local vLLM server needs none); it is never
-    stored here, so it cannot reach a repr, and it is scrubbed from any error text.
+    (none is sent when the variable is unset, as a local vLLM server needs none); it is never stored.
     """
+    key = os.environ.get(options.api_key_env, "")
+    request = urllib.request.Request(
+        f"{options.base_url.rstrip('/')}{path}",
+        data=None if payload is None else json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+        method="GET" if payload is None else "POST",
+    )
+    if key:
+        request.add_unredirected_header("Authorization", f"Bearer {key}")
+    try:
+        with _OPENER.open(request, timeout=options.timeout_s) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        raise _http_error(exc, key) from None
+    except (TimeoutError, urllib.error.URLError, HTTPException, OSError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(reason, TimeoutError):
+            raise CallError("timeout", f"timeout after {options.timeout_s:g} s") from None
+        raise CallError("connection", f"connection error ({type(reason).__name__})") from None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise CallError("bad_response", f"bad response body ({len(raw)} bytes, not JSON)") from None
+
+
+def retry_delay(budget: CriticBudget, attempt: int, retry_after_s: float | None) -> float:
+    """Seconds before retry `attempt` + 1: the server's Retry-After when given, else exponential back-off with
+    jitter; both capped at `budget.max_delay_s`."""
+    if retry_after_s is not None:
+        return min(retry_after_s, budget.max_delay_s)
+    return min(budget.backoff_s * 2**attempt * (1 + random.random()), budget.max_delay_s)
+
+
+@dataclass(frozen=True)
+class OpenAIChat:
+    """`Complete` over an OpenAI-compatible `/chat/completions` endpoint (vLLM, hosted APIs), by
+    `request_json`: the key is never stored here, so it cannot reach a repr, and it is scrubbed from any
+    error text."""
 
     options: OpenAIOptions
 
     def __call__(self, prompt: str) -> str:
         o = self.options
-        key = os.environ.get(o.api_key_env, "")
         payload = {
             "model": o.model,
             "messages": [{"role": "user", "content": prompt}],
             "temperature": o.temperature,
             "max_tokens": o.max_tokens,
         }
-        request = urllib.request.Request(
-            f"{o.base_url.rstrip('/')}/chat/completions",
-            data=json.dumps(payload).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        if key:
-            request.add_unredirected_header("Authorization", f"Bearer {key}")
+        body = request_json(o, "/chat/completions", payload)
         try:
-            with _OPENER.open(request, timeout=o.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            raise self._http_error(exc, key) from None
-        except (TimeoutError, urllib.error.URLError, HTTPException, OSError) as exc:
-            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-            if isinstance(reason, TimeoutError):
-                raise CallError("timeout", f"timeout after {o.timeout_s:g} s") from None
-            raise CallError("connection", f"connection error ({type(reason).__name__})") from None
-        try:
-            content = json.loads(raw)["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise CallError("bad_response", f"bad response body ({len(raw)} bytes, not a chat completion)") from None
+            content = body["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise CallError("bad_response", "bad response body (not a chat completion)") from None
         if not isinstance(content, str):
             raise CallError("bad_response", "bad response body (message content is not text)")
         return content
-
-    @staticmethod
-    def _http_error(exc: urllib.error.HTTPError, key: str) -> CallError:
-        code = exc.code
-        if code == 429 or code >= 500:
-            kind = "http_429" if code == 429 else "http_5xx"
-            return CallError(kind, f"http {code}", _retry_after(exc.headers.get("Retry-After")))
-        try:
-            body = exc.read(300).decode("utf-8", "replace")
-        except (OSError, HTTPException):
-            body = ""
-        if key:
-            body = body.replace(key, "***")
-        detail = " ".join(body.split())[:200]
-        return CallError("http_other", f"http {code}" + (f": {detail}" if detail else ""))
 
 
 def transformers_backend(agent: Agent, max_new_tokens: int = 256) -> Complete:
@@ -409,7 +429,7 @@ class LLMCritic:
                     break
                 with self._lock:
                     self.stats["retries"] += 1
-                time.sleep(min(self._delay(attempt, exc.retry_after_s), self._time_left()))
+                time.sleep(min(retry_delay(self.budget, attempt, exc.retry_after_s), self._time_left()))
         return failure
 
     def _take_call(self) -> str | None:
@@ -431,11 +451,6 @@ class LLMCritic:
         with self._lock:
             self.stats["failures"][kind] += 1
 
-    def _delay(self, attempt: int, retry_after_s: float | None) -> float:
-        """The server's Retry-After when given, else exponential back-off with jitter; both capped."""
-        if retry_after_s is not None:
-            return min(retry_after_s, self.budget.max_delay_s)
-        return min(self.budget.backoff_s * 2**attempt * (1 + random.random()), self.budget.max_delay_s)
 
 
 def verdict_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
