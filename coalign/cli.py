@@ -185,10 +185,10 @@ def eval_(
 
 # `coalign bench tiny` runs a 6+5-epoch cold start and 2 rounds on 400 tasks; the demo trims both to fit 10 minutes
 # on 2 cores (measured 2026-12-01: 4 planner epochs alone took 304 s there, 3 grounder epochs 392 s)
-DEMO_SETTINGS = ["planner_sft.epochs=3", "grounder_sft.epochs=2", "moat.rounds=1", "moat.tasks=150"]
+DEMO_SETTINGS = ["moat.rounds=1", "moat.tasks=100"]  # the cold start is `tiny`'s own
 # `coalign bench tiny-pilotrl` trains on 100 episodes per environment for 8 epochs, evaluates 15 per environment
 PILOTRL_DEMO_SETTINGS = [
-    "pilotrl.train_tasks=50", "pilotrl.sft.epochs=4", "pilotrl.eval_tasks=5", "pilotrl.eval_update_every=[1]"
+    "pilotrl.train_tasks=50", "pilotrl.sft.epochs=2", "pilotrl.eval_tasks=5", "pilotrl.eval_update_every=[1]"
 ]  # fmt: skip
 
 
@@ -267,8 +267,9 @@ def demo(
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """The bundled demos. moat: tiny agents from scratch (Agent Lumos), then one small MOAT round vs the Lumos
-    baseline. pilotrl: one tiny model, SFT on expert episodes as AdaPlan and as ReAct, on the six environments."""
+    """The bundled demos, from the shipped pretrained base. moat: planner and grounder SFT (Agent Lumos), then
+    one small MOAT round vs the Lumos baseline. pilotrl: SFT on expert episodes as AdaPlan and as ReAct, on
+    the six environments."""
     if recipe == "moat":
         _bench("tiny", run_dir or Path("runs/demo"), [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_],
                force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
