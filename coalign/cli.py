@@ -185,7 +185,11 @@ def eval_(
 
 # `coalign bench tiny` runs a 6+5-epoch cold start and 2 rounds on 400 tasks; the demo trims both to fit 10 minutes
 # on 2 cores (measured 2026-12-01: 4 planner epochs alone took 304 s there, 3 grounder epochs 392 s)
-DEMO_SETTINGS = ["moat.rounds=1", "moat.tasks=100"]  # the cold start is `tiny`'s own
+# `make demo` within 10 minutes on 2 cores: half an epoch per agent (`tiny`: 2 planner, 1 grounder), one round
+DEMO_SETTINGS = [
+    "planner_sft.epochs=0.5", "grounder_sft.epochs=0.5", "moat.rounds=1", "moat.tasks=100",
+    "grounder_round_sft.epochs=1",
+]  # fmt: skip
 # `coalign bench tiny-pilotrl` trains on 100 episodes per environment for 8 epochs, evaluates 15 per environment
 PILOTRL_DEMO_SETTINGS = [
     "pilotrl.train_tasks=50", "pilotrl.sft.epochs=2", "pilotrl.eval_tasks=5", "pilotrl.eval_update_every=[1]"
