@@ -3,8 +3,9 @@
 A program is a list of steps; each applies one operation to numbers or to earlier results. The corpus
 renders the same program as an instruction list, as calls in one of several syntaxes, as a story with a
 worked solution: so a model learns that an operand in an instruction is the operand in the call, whatever
-the wording or the syntax around it. None of the wordings here are the bundled suites' templates (the
-leakage test checks that).
+the wording or the syntax around it. Short operation phrases ("Add 9 to 4", "Multiply 7 by 3") are plain
+English that the maths suite's explicit subgoals use too; no suite question or subgoal template appears
+(the contamination check, `leakage.py`, measures that on every corpus).
 """
 
 from __future__ import annotations
