@@ -183,14 +183,13 @@ def eval_(
     _show(results)
 
 
-# `coalign bench tiny` runs a 6+5-epoch cold start and 2 rounds on 400 tasks; the demo trims both to fit 10 minutes
-# on 2 cores (measured 2026-12-01: 4 planner epochs alone took 304 s there, 3 grounder epochs 392 s)
-# `make demo` within 10 minutes on 2 cores: half an epoch per agent (`tiny`: 2 planner, 1 grounder), one round
+# `coalign bench tiny` runs a 2+1-epoch cold start from the base (451 s on 2 cores) and 2 rounds on 400 tasks; the
+# demo trims both to fit 10 minutes on 2 cores: half an epoch per agent, one round on 100 tasks (measured: 9 min 4 s)
 DEMO_SETTINGS = [
     "planner_sft.epochs=0.5", "grounder_sft.epochs=0.5", "moat.rounds=1", "moat.tasks=100",
     "grounder_round_sft.epochs=1",
 ]  # fmt: skip
-# `coalign bench tiny-pilotrl` trains on 100 episodes per environment for 8 epochs, evaluates 15 per environment
+# `coalign bench tiny-pilotrl` trains on 100 episodes per environment for 3 epochs, evaluates 10 per environment
 PILOTRL_DEMO_SETTINGS = [
     "pilotrl.train_tasks=50", "pilotrl.sft.epochs=2", "pilotrl.eval_tasks=5", "pilotrl.eval_update_every=[1]"
 ]  # fmt: skip
