@@ -21,7 +21,6 @@ from datasets import Dataset, load_from_disk
 from rich.console import Console
 from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
-from transformers.utils import logging as hf_logging
 from trl import SFTConfig, SFTTrainer
 
 from coalign.errors import RunError
@@ -30,8 +29,11 @@ from coalign.pretraining.corpus import CorpusSettings, build_corpus, file_sha256
 from coalign.pretraining.leakage import leakage_report
 from coalign.pretraining.settings import PretrainConfig
 from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, write_json
+from coalign.stages.training import quiet_transformers
 
 BASE_FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")
+HELD_OUT = ("eval_copy", "eval_mixed")  # the held-out sets, as the trainer names their losses: eval_<name>_loss
+LOSSES = {"loss": "train", "eval_eval_copy_loss": "held-out copy drills", "eval_eval_mixed_loss": "held-out mixed text"}
 
 
 class StopAt(TrainerCallback):
@@ -133,9 +135,8 @@ def held_out_sets(config: PretrainConfig) -> dict[str, list[str]]:
     """Documents the model never trains on, from another seed: copy drills alone (the copying skill the
     bundled agents lack; its loss falls towards zero only once copying is learned), and the corpus's mix."""
     n, seed = config.train.eval_documents, config.seed + 1_000_003
-    copy = CorpusSettings(documents=n, mix={"copy": 1.0})
-    mixed = CorpusSettings(documents=n, mix=config.corpus.mix)
-    return {"eval_copy": build_corpus(copy, seed)[0], "eval_mixed": build_corpus(mixed, seed)[0]}
+    mixes = ({"copy": 1.0}, config.corpus.mix)
+    return {name: build_corpus(CorpusSettings(documents=n, mix=mix), seed)[0] for name, mix in zip(HELD_OUT, mixes)}
 
 
 def train(run: Run, config: PretrainConfig, init: Path, blocks: Path, steps: int | None, console: Console) -> dict:
@@ -181,20 +182,16 @@ def train(run: Run, config: PretrainConfig, init: Path, blocks: Path, steps: int
             f"[bold]pretrain[/bold]: steps {done} -> {limit} of {t.max_steps}" + (f" (from {resume})" if resume else "")
         )
         started = time.time()
-        previous = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()
-        try:
+        with quiet_transformers():
             trainer = SFTTrainer(
                 model=load_model(init, dtype="float32"),
                 args=args,
                 train_dataset=load_from_disk(str(blocks / "train")),
-                eval_dataset={name: load_from_disk(str(blocks / name)) for name in ("eval_copy", "eval_mixed")},
+                eval_dataset={name: load_from_disk(str(blocks / name)) for name in HELD_OUT},
                 processing_class=tokenizer,
                 callbacks=[StopAt(limit)],
             )
             trainer.train(resume_from_checkpoint=resume)
-        finally:
-            hf_logging.set_verbosity(previous)
         progress["sittings"].append(
             {"from": done, "to": trainer.state.global_step, "wall_s": round(time.time() - started, 1)}
         )
@@ -218,7 +215,7 @@ def summarise(history: list[dict]) -> dict:
     """The latest train loss and held-out losses (the copy loss is the one to watch)."""
     latest = {}
     for row in history:
-        for key in ("loss", "eval_eval_copy_loss", "eval_eval_mixed_loss"):
+        for key in LOSSES:
             if key in row:
                 latest[key.replace("eval_eval_", "eval_")] = {"step": row["step"], "value": round(row[key], 4)}
     return latest
@@ -232,11 +229,7 @@ def plot_losses(history: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label in (
-        ("loss", "train"),
-        ("eval_eval_copy_loss", "held-out copy drills"),
-        ("eval_eval_mixed_loss", "held-out mixed text"),
-    ):
+    for key, label in LOSSES.items():
         points = [(row["step"], row[key]) for row in history if key in row]
         if points:
             ax.plot(*zip(*points), label=label, marker="o" if key != "loss" else None, markersize=3)

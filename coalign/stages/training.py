@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -102,6 +104,18 @@ def save_weights(model, folder: Path, lora: LoraSettings | None, trust_remote_co
         model.merge_and_unload().save_pretrained(str(folder))
 
 
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' own log at errors only while a trainer is built and trains (its notes on every config
+    would bury our progress lines); the previous level after."""
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
+
+
 def train_and_save(
     make_trainer,
     tokenizer,
@@ -116,13 +130,9 @@ def train_and_save(
     again) and train_log.json into a temporary folder that then replaces `out`, so `out` never holds half a
     checkpoint. The folder is the same bytes wherever it is saved: the Trainer's pickled arguments, which
     hold the folder's path, are not written. A GRPO run's log rows (rewards per step) are kept whole."""
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
+    with quiet_transformers():
         trainer = make_trainer()
         result = trainer.train(resume_from_checkpoint=resume)
-    finally:
-        hf_logging.set_verbosity(previous)
     tokenizer.padding_side = "left"
     rows = [row for row in trainer.state.log_history if "loss" in row]
     record = {"train_loss": result.training_loss, "losses": [row["loss"] for row in rows], "steps": result.global_step}
