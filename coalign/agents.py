@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from coalign import ranks
 from coalign.backends import Backend, HFBackend, Role, make_backend
 from coalign.formats import format_actions, format_subgoals, grounder_prompt, planner_prompt
 from coalign.models import load_model, load_tokenizer, render_prompt
@@ -47,7 +48,11 @@ class Agent:
         return cls(load_model(path, trust_remote_code=trust_remote_code), tokenizer, backend)
 
 
-def progress_bar() -> Progress:
+def progress_bar() -> "Progress | _NoBar":
+    """A bar of the run's progress; in a multi-process run only the main rank shows one, counting its own share
+    of the work."""
+    if not ranks.is_main():
+        return _NoBar()
     return Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=False
     )

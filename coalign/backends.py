@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 
+from coalign import ranks
 from coalign.critic_options import CriticBudget, OpenAIOptions
 from coalign.errors import RunError
 from coalign.models import is_adapter
@@ -71,7 +72,9 @@ def decoding(tokenizer, max_new_tokens: int, temperature: float, top_p: float) -
 
 class HFBackend:
     """The model's own `generate` on batches of `batch_size` prompts, sorted by length so little compute goes
-    to padding; torch's generator (a stage's `torch.manual_seed`) fixes what it samples."""
+    to padding. Sampling seeds each batch from one draw of torch's generator (a stage's `torch.manual_seed`)
+    plus its index, so a batch samples the same whichever process of a multi-process run computes it
+    (`ranks.share`: each rank generates a contiguous run of the batches)."""
 
     def __init__(self, model, tokenizer, batch_size: int = 32):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
@@ -86,19 +89,32 @@ class HFBackend:
         top_p: float,
         advance: Advance = _quiet,
     ) -> list[list[str]]:
-        tok, model = self.tokenizer, self.model
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+        seed = int(torch.randint(2**31 - 1, ())) if temperature > 0 else 0
+        settings = decoding(self.tokenizer, max_new_tokens, temperature, top_p)
+
+        def batch(b: int) -> list[list[str]]:
+            texts = self._generate([prompts[i] for i in batches[b]], settings, n, seed + b)
+            advance(len(batches[b]))
+            return texts
+
         out: list[list[str]] = [[] for _ in prompts]
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            enc = tok([prompts[i] for i in idx], return_tensors="pt", padding=True)  # special tokens as TRL trains
-            enc = {k: v.to(model.device) for k, v in enc.items()}
-            gen = model.generate(**enc, **decoding(tok, max_new_tokens, temperature, top_p), num_return_sequences=n)
-            texts = tok.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-            for j, i in enumerate(idx):
-                out[i] = [t.strip() for t in texts[j * n : (j + 1) * n]]
-            advance(len(idx))
+        for idx, texts in zip(batches, ranks.share(batch, range(len(batches)))):
+            for i, completions in zip(idx, texts):
+                out[i] = completions
         return out
+
+    def _generate(self, prompts: list[str], settings: dict, n: int, seed: int) -> list[list[str]]:
+        tok, model = self.tokenizer, self.model
+        enc = tok(prompts, return_tensors="pt", padding=True)  # special tokens as TRL trains
+        enc = {k: v.to(model.device) for k, v in enc.items()}
+        cuda = [model.device.index or 0] if model.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(seed)
+            gen = model.generate(**enc, **settings, num_return_sequences=n)
+        texts = tok.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        return [[t.strip() for t in texts[j * n : (j + 1) * n]] for j in range(len(prompts))]
 
 
 class VLLMBackend:

@@ -224,8 +224,12 @@ def _bench(
 ):
     from rich.markdown import Markdown
 
+    from coalign import ranks
     from coalign.recipe_registry import bench_names, load, recipe
 
+    if ranks.world_size() > 1:
+        raise _fail(RunError("coalign bench runs its own jobs side by side: launch it as one process (each of its "
+                             "runs can be launched on its own with `accelerate launch ... coalign train`)"))
     cfg = _config(config, sets, skip_bad_rows)
     entry, started = recipe(cfg.recipe), time.time()
     recipes = recipes or list(bench_names(cfg.recipe))

@@ -32,8 +32,10 @@ class SFTSettings(Settings):
 
     learning_rate: float = Field(2e-5, gt=0)
     epochs: float = Field(2.0, gt=0)
-    batch_size: int = Field(8, ge=1, description="per device")
-    grad_accum: int = Field(16, ge=1, description="effective batch = batch_size * grad_accum * devices")
+    batch_size: int = Field(8, ge=1, description="examples per forward pass in one process")
+    grad_accum: int = Field(
+        16, ge=1, description="batch per optimizer step = batch_size * grad_accum, however many processes share it"
+    )
     max_length: int = Field(1024, ge=16)
     warmup_ratio: float = Field(0.03, ge=0, lt=1)
     lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "linear"
@@ -215,7 +217,9 @@ class GRPOSettings(Settings):
     order: list[str] = Field(["executor", "planner", "joint"], min_length=1, description="stages, in turn")
     tasks: int = Field(64, ge=1, description="training tasks per held-in environment (seeds after the SFT's)")
     num_generations: int = Field(16, ge=2, description="rollouts per task (GRPO's group)")
-    batch_size: int = Field(16, ge=1, description="episodes per device per step; a multiple of num_generations")
+    batch_size: int = Field(
+        16, ge=1, description="episodes per forward pass in one process (split as SFT's); a multiple of num_generations"
+    )
     grad_accum: int = Field(16, ge=1)
     learning_rate: float = Field(1e-6, gt=0)
     epochs: dict[str, float] = Field({}, description="per stage, over the stage's own (grpo_stages.STAGES)")

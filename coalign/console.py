@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from coalign import ranks
+
 
 def make_console(**options) -> Console:
-    """A rich Console (`options` as Console's) that soft-wraps when its output is not a terminal."""
-    console = Console(**options)
+    """A rich Console (`options` as Console's) that soft-wraps when its output is not a terminal; in a
+    multi-process run only the main rank's prints (the others run the same steps)."""
+    console = Console(**{"quiet": not ranks.is_main(), **options})
     if not console.is_terminal:
         console.soft_wrap = True
     return console

@@ -15,9 +15,12 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+
+from coalign import ranks
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +37,11 @@ def _temp_sibling(path: Path) -> Path:
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write `text` so that readers see the old file or the new one, never half of it."""
+    """Write `text` so that readers see the old file or the new one, never half of it. In a multi-process
+    run only the main rank writes (`ranks`): the others computed the same text."""
     path = Path(path)
+    if not ranks.is_main():
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_sibling(path)
     try:
@@ -53,8 +59,13 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """A folder filled under a temporary name and moved to `path` (replacing it) only when complete,
-    so a kill mid-save leaves no half-written checkpoint at `path`."""
+    so a kill mid-save leaves no half-written checkpoint at `path`. In a multi-process run the other ranks
+    fill a private folder that is then deleted (what fills it may be collective: all ranks must call it)."""
     path = Path(path)
+    if not ranks.is_main():
+        with tempfile.TemporaryDirectory(prefix=f"rank{ranks.rank()}-") as scratch:
+            yield Path(scratch)
+        return
     tmp = _temp_sibling(path)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -215,12 +226,16 @@ class Run:
     ) -> None:
         """Run stage `name` unless it is done: `work()` writes `artifacts` from `inputs` and returns the
         record's info; then the stage is marked done. A stage body is only its work, and one that raises
-        is not marked, so a rerun redoes it."""
-        if self.is_done(name):
+        is not marked, so a rerun redoes it. In a multi-process run every rank runs the work (its loops share
+        it, `ranks.share`), the main rank decides whether the stage is done and marks it, and all wait for
+        that before reading what it wrote."""
+        if ranks.decided(lambda: self.is_done(name)):
             return
         started = time.time()
         info = work()
-        self.mark_done(name, artifacts, info, started, inputs=inputs)
+        if ranks.is_main():
+            self.mark_done(name, artifacts, info, started, inputs=inputs)
+        ranks.barrier()
 
     def stage_info(self, stage: str) -> dict:
         return read_json(self._marker(stage))

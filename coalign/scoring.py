@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from coalign import ranks
 from coalign.agents import Agent, progress_bar
 from coalign.models import render_prompt
 
@@ -301,16 +302,21 @@ def score_completions(
     rows = [encode_completion(tok, u, c) for u, c in zip(users, completions)]
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     groups = prefix_groups(rows, batch_size) if share_prefix else [PrefixGroup((i,), 0) for i in range(len(rows))]
+    batches = _batches(groups, rows, batch_size)
     out: list[ActionScore | None] = [None] * len(rows)
     with progress_bar() as bar:
         task = bar.add_task(desc, total=len(rows))
-        for batch in _batches(groups, rows, batch_size):
+
+        def score(batch: list[PrefixGroup]) -> list[ActionScore]:
             members = [i for g in batch for i in g.rows]
             if batch[0].shared:
                 scores = _score_shared(model, rows, batch, pad_id)
             else:
                 scores = _score_plain(model, [rows[i] for i in members], pad_id)
-            for i, score in zip(members, scores):
-                out[i] = score
             bar.advance(task, len(members))
+            return scores
+
+        for batch, scores in zip(batches, ranks.share(score, batches)):  # each rank scores a run of batches
+            for i, result in zip((i for g in batch for i in g.rows), scores):
+                out[i] = result
     return out  # type: ignore[return-value]

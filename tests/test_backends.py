@@ -56,16 +56,19 @@ def tiny(tmp_path_factory):
     return path
 
 
-def old_generate(model, tok, users, max_new_tokens, batch_size, n=1, temperature=0.0, top_p=1.0):
-    """`agents.generate` as it was before backends (commit 59e64e0), the oracle the HF backend must match."""
+def old_generate(model, tok, users, max_new_tokens, batch_size, n=1, temperature=0.0, top_p=1.0, seed=None):
+    """`agents.generate` as it was before backends (commit 59e64e0), the oracle the HF backend must match;
+    with `seed`, batch b samples from seed + b (as the backend does, so any process can compute any batch)."""
     prompts = [render_prompt(tok, u) for u in users]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out = [[] for _ in prompts]
     sampling = temperature > 0
     with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
+        for b, start in enumerate(range(0, len(order), batch_size)):
             idx = order[start : start + batch_size]
             enc = tok([prompts[i] for i in idx], return_tensors="pt", padding=True)
+            if seed is not None:
+                torch.manual_seed(seed + b)
             gen = model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,
@@ -95,7 +98,8 @@ def test_hf_backend_is_the_old_path_greedy_and_seeded(tiny):
     torch.manual_seed(7)
     sampled = generate(agent, USERS, 12, 2, num_return_sequences=3, temperature=1.0, top_p=0.95, progress=False)
     torch.manual_seed(7)
-    assert sampled == old_generate(agent.model, agent.tokenizer, USERS, 12, 2, 3, 1.0, 0.95)
+    seed = int(torch.randint(2**31 - 1, ()))
+    assert sampled == old_generate(agent.model, agent.tokenizer, USERS, 12, 2, 3, 1.0, 0.95, seed)
     assert all(len(s) == 3 for s in sampled) and sampled != [[g[0]] * 3 for g in greedy]
 
 

@@ -56,6 +56,27 @@ def test_sittings_add_up_to_one_run(mini_run: Path, tmp_path: Path) -> None:
     assert file_sha256(tmp_path / "split" / weights) == file_sha256(mini_run / weights)
 
 
+def test_a_base_continues_from_another(mini_run: Path, tmp_path: Path) -> None:
+    """`init_from` starts from the parent's weights and tokenizer (no new tokenizer, no random init), on a
+    corpus of its own seed, and the recipe chains the parent's hashes and the tokens seen in all."""
+    from coalign.models import load_model
+
+    config = load_pretrain_config("mini", {"init_from": str(mini_run), "seed": 1, "train": {"max_steps": 4}})
+    pretrain(config, tmp_path / "more", CONSOLE)
+    init, parent = tmp_path / "more" / "models" / "init", mini_run / "base"
+    assert (init / "tokenizer.json").read_text() == (parent / "tokenizer.json").read_text()
+    start, before = load_model(init).state_dict(), load_model(parent).state_dict()
+    assert all(start[k].equal(before[k]) for k in before)
+    recipe = json.loads((tmp_path / "more" / "base" / "recipe.json").read_text())
+    first = json.loads((parent / "recipe.json").read_text())
+    assert recipe["init_from"]["files_sha256"] == first["files_sha256"]
+    assert recipe["tokens_seen_in_all"] == recipe["tokens_seen"] + first["tokens_seen"]
+    assert recipe["corpus"]["seed"] == 1
+    bases.verify_base(tmp_path / "more" / "base")
+    with pytest.raises(RunError, match="neither a shipped base"):
+        bases.finished_base(tmp_path / "nowhere")
+
+
 def test_a_run_folder_refuses_another_config(mini_run: Path) -> None:
     with pytest.raises(SystemExit, match="different pretraining config"):
         pretrain(load_pretrain_config("mini", {"train": {"learning_rate": 1.0}}), mini_run, CONSOLE)

@@ -32,6 +32,22 @@ def base_path(name: str) -> Path | None:
     return folder if (folder / "recipe.json").is_file() else None
 
 
+def finished_base(name_or_path: str | Path) -> Path:
+    """A shipped base's folder, or a finished pretraining run's `base/` (or a run folder holding one), verified
+    against its recipe: what a continued pretraining starts from."""
+    candidates = [Path(name_or_path), Path(name_or_path) / "base"]
+    if isinstance(name_or_path, str) and base_path(name_or_path):
+        candidates.insert(0, base_path(name_or_path))
+    for folder in candidates:
+        if (folder / "recipe.json").is_file():
+            verify_base(folder)
+            return folder
+    raise RunError(
+        f"{name_or_path}: neither a shipped base ({', '.join(shipped_bases()) or 'none'}) "
+        "nor a folder with a recipe.json"
+    )
+
+
 def verify_base(folder: str | Path) -> None:
     """RunError unless every file the recipe hashes has that hash (a corrupted or hand-edited base)."""
     folder = Path(folder)

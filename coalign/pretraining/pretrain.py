@@ -25,6 +25,7 @@ from trl import SFTConfig, SFTTrainer
 
 from coalign.errors import RunError
 from coalign.models import load_model, load_tokenizer, make_tiny_model, parameter_count
+from coalign.pretraining.bases import finished_base
 from coalign.pretraining.corpus import CorpusSettings, build_corpus, file_sha256
 from coalign.pretraining.leakage import leakage_report
 from coalign.pretraining.settings import PretrainConfig
@@ -67,9 +68,16 @@ def pretrain(config: PretrainConfig, run_dir: str | Path, console: Console, step
         return record
 
     def make_init() -> dict:
-        console.print(f"training a {config.model.vocab_size}-token BPE (digits split) and initialising the model")
         with atomic_dir(init) as tmp:
-            make_tiny_model(read_documents(corpus_file), tmp, config.model, seed=config.seed, digits=True)
+            if config.init_from:
+                parent = finished_base(config.init_from)
+                console.print(f"continuing the pretraining of {parent}")
+                load_model(parent, dtype="float32").save_pretrained(str(tmp))
+                load_tokenizer(parent).save_pretrained(str(tmp))
+                shutil.copy(parent / "recipe.json", tmp / "parent_recipe.json")
+            else:
+                console.print(f"training a {config.model.vocab_size}-token BPE (digits split), initialising the model")
+                make_tiny_model(read_documents(corpus_file), tmp, config.model, seed=config.seed, digits=True)
         return {"parameters": parameter_count(load_model(init))}
 
     def tokenize() -> dict:
@@ -265,5 +273,11 @@ def export_base(run: Run, config: PretrainConfig, progress: dict) -> dict:
             "leakage": leaked_counts(read_json(run.path("corpus", "leakage.json"))),
             "files_sha256": {name: file_sha256(tmp / name) for name in BASE_FILES if (tmp / name).exists()},
         }
+        parent_file = run.path("models", "init", "parent_recipe.json")
+        if parent_file.exists():
+            parent = read_json(parent_file)
+            recipe["init_from"] = {key: parent[key] for key in ("name", "steps", "tokens_seen", "files_sha256")}
+            recipe["init_from"]["tokens_seen_in_all"] = parent.get("tokens_seen_in_all", parent["tokens_seen"])
+        recipe["tokens_seen_in_all"] = recipe["tokens_seen"] + recipe.get("init_from", {}).get("tokens_seen_in_all", 0)
         write_json(tmp / "recipe.json", recipe)
     return {"parameters": recipe["parameters"]}

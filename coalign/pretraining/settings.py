@@ -42,6 +42,11 @@ class LeakageSettings(Settings):
 class PretrainConfig(Settings):
     name: str
     seed: int = 0
+    init_from: str | None = Field(
+        None,
+        description="continue pretraining a base (a shipped name or a folder with recipe.json): its weights and "
+        "tokenizer, not a new tokenizer and random weights; `model` is then ignored",
+    )
     corpus: CorpusSettings = CorpusSettings()
     model: TinySpec = TinySpec()
     train: PretrainTraining = PretrainTraining()

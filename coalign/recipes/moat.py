@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from coalign import ranks
 from coalign.agents import Agent, generate
 from coalign.config import RunConfig
 from coalign.errors import RunError
@@ -273,7 +274,7 @@ def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundi
             if unit.turn is not None
         ]
         items = [CriticInput(task=unit.task, subgoals=_subgoals(c), actions=a) for unit, c, a in onetime]
-        verdicts = critic.judge(items)
+        verdicts = ranks.share_all(critic.judge, items)  # each rank judges a share
         rows = [
             {
                 "id": item.task.id,
@@ -303,7 +304,8 @@ def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundi
         for unit, cands in zip(units, candidates):
             ordered += [next(sources[unit.turn is None]) for _ in cands]
         write_jsonl(path, ordered)
-        info = {**verdict_counts(verdicts + turn_verdicts), "critic": critic.name, **getattr(critic, "stats", {})}
+        stats = ranks.summed(getattr(critic, "stats", {}))  # calls, retries, failures: every rank's
+        info = {**verdict_counts(verdicts + turn_verdicts), "critic": critic.name, **stats}
         if turn_verdicts:
             info["turns"] = verdict_counts(turn_verdicts)
         if ordered and not info["usable"]:  # not marked done: a rerun asks the critic again

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from datasets import Dataset
+from datasets import Dataset, load_from_disk
 from trl import DPOConfig, DPOTrainer
 
+from coalign import ranks
 from coalign.config import DPOSettings, LoraSettings
 from coalign.models import load_tokenizer, render_prompt
 from coalign.stages.training import train_and_save, trainer_args, training_model
@@ -30,6 +31,18 @@ def dpo_dataset(tokenizer, triples: Sequence[tuple[str | Sequence[dict[str, str]
             "rejected": [rejected + eos for _, _, rejected in triples],
         }
     )
+
+
+def shared_dataset(data: Dataset, folder: Path) -> Dataset:
+    """In a multi-process run, `data` as files in `folder`, which every rank reads: TRL caches the reference
+    log-probs it precomputes beside a dataset's files, where all ranks find them; an in-memory dataset's cache
+    would go to each process's own temporary folder, and the other ranks would look for it in theirs."""
+    if ranks.world_size() == 1:
+        return data
+    if ranks.is_main():
+        data.save_to_disk(str(folder))
+    ranks.barrier()
+    return load_from_disk(str(folder))
 
 
 def dpo(
@@ -52,7 +65,7 @@ def dpo(
     tokenizer = load_tokenizer(init, trust_remote_code)
     tokenizer.padding_side = "right"
     model, peft_config = training_model(init, trust_remote_code, lora)
-    data = dpo_dataset(tokenizer, triples)
+    data = shared_dataset(dpo_dataset(tokenizer, triples), out / "trainer" / "pairs")
     config = DPOConfig(
         beta=settings.beta,
         loss_type=[settings.loss_type],

@@ -14,18 +14,21 @@ import torch
 from peft import LoraConfig
 from transformers.utils import logging as hf_logging
 
+from coalign import ranks
 from coalign.config import DPOSettings, GRPOSettings, LoraSettings, SFTSettings
 from coalign.models import ADAPTER_CONFIG, is_adapter, load_model
 from coalign.runs import atomic_dir
 
 
 def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, seed: int) -> dict:
-    """Keyword arguments every TRL trainer config of ours takes (SFT, DPO, GRPO)."""
+    """Keyword arguments every TRL trainer config of ours takes (SFT, DPO, GRPO). A config's batch is per
+    optimizer step, however many processes share it (`ranks.batch_split`)."""
+    per_device, accum = ranks.batch_split(settings.batch_size, settings.grad_accum, type(settings).__name__)
     return dict(
         output_dir=str(out / "trainer"),
         learning_rate=settings.learning_rate,
-        per_device_train_batch_size=settings.batch_size,
-        gradient_accumulation_steps=settings.grad_accum,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accum,
         warmup_steps=settings.warmup_ratio,  # a float below 1 is a ratio in transformers 5
         lr_scheduler_type=settings.lr_scheduler,
         logging_steps=settings.logging_steps,
@@ -35,6 +38,8 @@ def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, s
         bf16=settings.bf16,
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
+        # several processes on CPUs: accelerate's DDP over gloo (it takes a CPU-only machine for one process)
+        **({"use_cpu": True} if ranks.world_size() > 1 and not torch.cuda.is_available() else {}),
     )
 
 
@@ -88,12 +93,15 @@ def save_adapter(model, folder: Path) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def save_weights(model, folder: Path, lora: LoraSettings | None, trust_remote_code: bool) -> None:
+def save_weights(
+    model, folder: Path, lora: LoraSettings | None, trust_remote_code: bool, state_dict: dict | None = None
+) -> None:
     """The trained model's safetensors weights: a LoRA model's adapter alone under `merge: false`, else merged
     into its base. A 4-bit base is loaded again at its own precision to merge into: merged into 4-bit weights
-    the update would be rounded, and the checkpoint would load only where bitsandbytes runs."""
+    the update would be rounded, and the checkpoint would load only where bitsandbytes runs. `state_dict`:
+    the whole model's weights gathered from every process (FSDP and ZeRO-3 hold a shard each)."""
     if lora is None:
-        model.save_pretrained(str(folder))
+        model.save_pretrained(str(folder), state_dict=state_dict)
     elif not lora.merge:
         save_adapter(model, folder)
     elif lora.qlora:
@@ -140,8 +148,11 @@ def train_and_save(
         record["reward_accuracies"] = [row["rewards/accuracies"] for row in rows if "rewards/accuracies" in row]
     if any("reward" in row for row in rows):
         record["history"] = [row for row in rows if "reward" in row]
+    gathered = None
+    if lora is None and ranks.world_size() > 1:  # collective: every rank takes part, the main one saves
+        gathered = trainer.accelerator.get_state_dict(trainer.model)
     with atomic_dir(out) as tmp:
-        save_weights(trainer.accelerator.unwrap_model(trainer.model), tmp, lora, trust_remote_code)
+        save_weights(trainer.accelerator.unwrap_model(trainer.model), tmp, lora, trust_remote_code, gathered)
         tokenizer.save_pretrained(str(tmp))
         (tmp / "train_log.json").write_text(json.dumps({**record, **log}))
     return out

@@ -1,0 +1,144 @@
+"""Several processes on one run: the work split by rank and gathered in order, and a 2-process MOAT round
+(torchrun, gloo on CPU) that writes what a 1-process one writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from coalign import ranks
+from coalign.cli import app
+from coalign.config import config_to_yaml, load_config
+from tests.test_moat import MOAT
+
+
+def as_rank(monkeypatch, rank: int, size: int) -> None:
+    monkeypatch.setenv("WORLD_SIZE", str(size))
+    monkeypatch.setenv("RANK", str(rank))
+
+
+@pytest.mark.parametrize("n,size", [(7, 3), (2, 4), (0, 2), (12, 2)])
+def test_spans_cover_the_work_once_in_order(monkeypatch, n, size):
+    spans = []
+    for r in range(size):
+        as_rank(monkeypatch, r, size)
+        spans.append(list(ranks.span(n)))
+    assert [i for s in spans for i in s] == list(range(n))
+    assert max(map(len, spans)) - min(map(len, spans)) <= 1
+
+
+def test_one_process_is_left_alone():
+    assert ranks.world_size() == 1 and ranks.is_main()
+    assert ranks.share(lambda x: x * x, [1, 2, 3]) == [1, 4, 9]
+    assert ranks.summed({"calls": 2, "failures": {"timeout": 1}, "name": "x"}) == {
+        "calls": 2,
+        "failures": {"timeout": 1},
+        "name": "x",
+    }
+
+
+def test_work_inside_a_share_runs_alone(monkeypatch):
+    """A rank's share that itself loops (a local critic model generating) does not wait for the other ranks,
+    which are busy with their own shares: only the outer share gathers."""
+    as_rank(monkeypatch, 1, 2)
+    calls = []
+
+    class Group:  # rank 0 computed [0, 1, 4] (its share) in the same way
+        def all_gather_object(self, parts, local):
+            calls.append(local)
+            parts[:] = [[0, 1, 4], local]
+
+    monkeypatch.setattr(ranks, "_group", lambda: Group())
+
+    def square_all(xs):
+        assert list(ranks.span(5)) == [0, 1, 2, 3, 4]  # inside: the whole of what it is given
+        return ranks.share(lambda x: x * x, xs)
+
+    assert ranks.share_all(square_all, [0, 1, 2, 3, 4]) == [0, 1, 4, 9, 16]
+    assert calls == [[9, 16]]  # one gather: the outer one, of rank 1's share
+
+
+def test_a_batch_is_split_over_processes_and_kept_per_step(monkeypatch):
+    as_rank(monkeypatch, 0, 2)
+    assert ranks.batch_split(8, 4, "sft") == (8, 2)  # accumulation first
+    assert ranks.batch_split(8, 1, "sft") == (4, 1)
+    with pytest.raises(ValueError, match="batch_size 3 x grad_accum 1 cannot be split over 2 processes"):
+        ranks.batch_split(3, 1, "sft")
+
+
+def test_bench_refuses_to_run_under_a_launcher(monkeypatch):
+    result = CliRunner().invoke(app, ["bench", "tiny", "--seeds", "0"], env={"WORLD_SIZE": "2", "RANK": "0"})
+    assert result.exit_code == 2 and "launch it as one process" in result.output
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def coalign(args: list[str], processes: int = 1) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    launch = [sys.executable, "-m", "coalign.cli"]
+    if processes > 1:
+        launch = [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "coalign.cli",
+        ]  # fmt: skip
+    done = subprocess.run([*launch, *args], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+ROUND = ["candidates.jsonl", "scores.jsonl", "pairs.jsonl", "groundings.jsonl", "verdicts.jsonl"]
+
+
+def test_two_processes_write_what_one_writes(tmp_path: Path):
+    """A finished 1-process MOAT run, resumed from its cold start under 2 processes: the loops that do not
+    train (evaluation, K samples, scoring, grounding, critic) write the same bytes; the trainers (DPO, SFT
+    under DDP, the batch split over the two) take the same steps to weights that differ only by float
+    rounding, which Adam turns into at most about lr per step."""
+    config = tmp_path / "moat.yaml"
+    config.write_text(config_to_yaml(load_config("tiny", MOAT)))
+    one, two = tmp_path / "one", tmp_path / "two"
+    coalign(["train", str(config), "--run-dir", str(one)])
+    shutil.copytree(one, two)
+    for record in (two / "stages").glob("round*.json"):
+        record.unlink()  # the cold start (init, planner and grounder SFT) stays done
+    coalign(["train", str(config), "--run-dir", str(two)], processes=2)
+
+    for name in ROUND:
+        assert (two / "round1" / name).read_bytes() == (one / "round1" / name).read_bytes(), name
+    for path in sorted((one / "round0_eval").iterdir()):
+        assert (two / "round0_eval" / path.name).read_bytes() == path.read_bytes(), path.name
+    assert sorted(p.name for p in (two / "stages").iterdir()) == sorted(p.name for p in (one / "stages").iterdir())
+    assert not list(two.rglob(".*.tmp"))  # one writer: no temporary file left behind
+    for agent, lr in (("round1_planner", MOAT["planner_dpo"]["learning_rate"]),
+                      ("round1_grounder_sft", MOAT["grounder_round_sft"]["learning_rate"])):  # fmt: skip
+        logs = [run / "checkpoints" / agent / "train_log.json" for run in (one, two)]
+        steps = [json.loads(log.read_text())["steps"] for log in logs]
+        assert steps[0] == steps[1] > 0
+        a, b = (load_file(run / "checkpoints" / agent / "model.safetensors") for run in (one, two))
+        assert max((a[k] - b[k]).abs().max().item() for k in a) <= 2 * lr * steps[0]
+
+
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "zero2", "zero3"])
+def test_the_shipped_accelerate_configs_are_what_accelerate_reads(name):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    import coalign
+
+    config = load_config_from_file(str(Path(coalign.__file__).parent / "accelerate" / f"{name}.yaml"))
+    kind = {"ddp": "MULTI_GPU", "fsdp": "FSDP", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED"}[name]
+    assert config.distributed_type.value == kind and config.num_processes > 1
+    if name.startswith("zero"):
+        assert config.deepspeed_config["zero_stage"] == int(name[-1])
