@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from coalign import ranks
 from coalign.backends import Backend, HFBackend, Role, make_backend
 from coalign.formats import format_actions, format_subgoals, grounder_prompt, planner_prompt
-from coalign.models import load_model, load_tokenizer, render_prompt
+from coalign.models import inference_device, load_model, load_tokenizer, render_prompt
 from coalign.tasks import Task
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class Agent:
         (stage 1's rewards, grounding PPL) needs its likelihoods, which no backend here gives."""
         tokenizer = load_tokenizer(path, trust_remote_code)
         backend = make_backend(generation, str(path), role, tokenizer, trust_remote_code)
-        return cls(load_model(path, trust_remote_code=trust_remote_code), tokenizer, backend)
+        return cls(load_model(path, trust_remote_code=trust_remote_code).to(inference_device()), tokenizer, backend)
 
 
 def progress_bar() -> "Progress | _NoBar":

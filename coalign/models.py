@@ -7,6 +7,7 @@ Every later step loads a checkpoint folder with the same Auto classes, whether i
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -175,6 +176,14 @@ def load_model(
     )
     model.eval()
     return model
+
+
+def inference_device() -> torch.device:
+    """Where a loaded model generates and scores: this process's GPU when there is one (each process of a
+    multi-process run has its own, `LOCAL_RANK`), else the CPU. The trainers place the models they train."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
 
 
 def render_prompt(tokenizer, user: str | Sequence[dict[str, str]]) -> str:

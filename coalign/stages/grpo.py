@@ -18,7 +18,7 @@ from trl import GRPOConfig, GRPOTrainer
 from coalign.config import GRPOSettings, LoraSettings
 from coalign.errors import RunError
 from coalign.grpo_stages import Stage
-from coalign.models import load_model, load_tokenizer
+from coalign.models import inference_device, load_model, load_tokenizer
 from coalign.rewards import reward_functions
 from coalign.rollout import RolloutSpec, make_rollout_func
 from coalign.stages.training import common_args, train_and_save, training_model
@@ -84,7 +84,7 @@ def grpo_stage(
     weights = {name: settings.weights.get(name, 0.0) for name in stage.rewards}
     funcs, reward_weights = reward_functions(weights, slack=settings.slack, judge=judge)
     config = grpo_config(settings, stage, out, seed, reward_weights, spec.max_new_tokens)
-    fixed = load_model(executor, trust_remote_code, dtype="float32") if executor else None
+    fixed = load_model(executor, trust_remote_code, dtype="float32").to(inference_device()) if executor else None
 
     def trainer() -> GRPOTrainer:
         return GRPOTrainer(
