@@ -1,7 +1,7 @@
 """Peak memory of DPO training steps: full fine-tuning with a resident reference model, full fine-tuning with
 the reference log-probs precomputed (coalign's DPO stage), and LoRA (and QLoRA where CUDA and bitsandbytes
 are there), on one random Llama of a configurable shape. Each variant runs in its own process, so each peak
-is its own: peak RSS (`ru_maxrss`), and on CUDA `torch.cuda.max_memory_allocated`.
+is its own: peak RSS (`peak_rss_mib`), and on CUDA `torch.cuda.max_memory_allocated`.
 
     .venv/bin/python benchmarks/dpo_memory.py [--hidden 512 --layers 8 --vocab 8192 --steps 3 --length 32]
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import string
 import subprocess
 import sys
@@ -34,22 +33,35 @@ from coalign.stages.training import trainer_args, training_model
 VARIANTS = ("resident", "precomputed", "lora", "qlora")
 
 
-def _words(rng: random.Random, n: int) -> str:
+def random_words(rng: random.Random, n: int) -> str:
+    """`n` random lowercase words of 2-7 letters: filler for prompts and answers, the same for a seed."""
     return " ".join("".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 7))) for _ in range(n))
 
 
-def _mib(kib: int) -> float:
-    return kib / 1024  # ru_maxrss is in KiB on Linux
+def random_triples(count: int, length: int) -> list[tuple[str, str, str]]:
+    """`count` (prompt, chosen, rejected) triples of about `length` random words: half prompt, a quarter each
+    answer; the same in every process."""
+    rng = random.Random(0)
+    return [
+        (random_words(rng, length // 2), random_words(rng, length // 4), random_words(rng, length // 4))
+        for _ in range(count)
+    ]
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set (Linux's VmHWM). Not `ru_maxrss`: that carries the parent's peak through
+    fork and exec, so a child started by a parent bigger than it would report the parent's."""
+    status = Path("/proc/self/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
 
 
 def _child(variant: str, init: str, steps: int, length: int) -> dict:
     """Train `steps` DPO steps of `variant` from `init`; the process's memory peaks."""
-    rng = random.Random(0)
-    triples = [(_words(rng, length // 2), _words(rng, length // 4), _words(rng, length // 4)) for _ in range(steps * 4)]
+    triples = random_triples(steps * 4, length)
     tokenizer = load_tokenizer(init)
     tokenizer.padding_side = "right"
     data = dpo_dataset(tokenizer, triples)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = peak_rss_mib()
     lora = LoraSettings(qlora=variant == "qlora") if variant in ("lora", "qlora") else None
     model, peft_config = training_model(init, False, lora)
     settings = DPOSettings(learning_rate=1e-5, epochs=1, batch_size=4, grad_accum=1, max_length=2 * length)
@@ -66,8 +78,8 @@ def _child(variant: str, init: str, steps: int, length: int) -> dict:
         trainer.train()
     return {
         "reference": "a second model" if trainer.ref_model is not None else "none resident",
-        "before_mib": _mib(before),
-        "peak_mib": _mib(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss),
+        "before_mib": before,
+        "peak_mib": peak_rss_mib(),
         "cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
     }
 
@@ -92,7 +104,7 @@ def main() -> None:
             vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
             num_kv_heads=args.heads, intermediate_size=args.hidden * 11 // 4, max_positions=max(1024, 4 * args.length),
         )  # fmt: skip
-        init = make_tiny_model([_words(rng, 400) for _ in range(2000)], Path(tmp, "init"), spec)
+        init = make_tiny_model([random_words(rng, 400) for _ in range(2000)], Path(tmp, "init"), spec)
         model = load_model(init)
         print(f"random Llama: hidden {args.hidden}, {args.layers} layers, vocab {model.config.vocab_size}, "
               f"{parameter_count(model) / 1e6:.1f}M parameters; {args.steps} DPO steps of 4 pairs, "

@@ -49,9 +49,10 @@ def stage1_rows(tasks: list[Task], k: int) -> tuple[list[str], list[str]]:
     return users, completions
 
 
-def standard_grounder(texts: list[str], folder: Path, spec: TinySpec) -> None:
+def standard_grounder(texts: list[str], folder: Path, spec: TinySpec, vocab_size: int = 8192) -> None:
     """Replace the tiny model in `folder` by one of the same shape over a GPT-2-style tokenizer: pre-tokenized
-    at word boundaries (no merges across spaces), each digit its own token, 8,192 tokens."""
+    at word boundaries (no merges across spaces), each digit its own token, `vocab_size` tokens (fewer where
+    `texts` hold fewer words and pieces)."""
     bpe = Tokenizer(models.BPE(unk_token=None))
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -60,7 +61,10 @@ def standard_grounder(texts: list[str], folder: Path, spec: TinySpec) -> None:
     bpe.train_from_iterator(
         texts,
         trainers.BpeTrainer(
-            vocab_size=8192, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+            vocab_size=vocab_size,
+            special_tokens=SPECIAL_TOKENS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
         ),
     )
     tokenizer = PreTrainedTokenizerFast(
@@ -80,6 +84,13 @@ def standard_grounder(texts: list[str], folder: Path, spec: TinySpec) -> None:
     )
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+
+
+def prefix_share(tokenizer, users: list[str], completions: list[str], batch_size: int) -> tuple[int, int, int]:
+    """The rows' tokens, how many of them prefix sharing does not recompute, and its groups."""
+    rows = [encode_completion(tokenizer, u, c) for u, c in zip(users, completions)]
+    groups = prefix_groups(rows, batch_size)
+    return sum(len(r.ids) for r in rows), sum((len(g.rows) - 1) * g.shared for g in groups), len(groups)
 
 
 def seconds(agent: Agent, users: list[str], completions: list[str], batch_size: int, share: bool) -> float:
@@ -113,19 +124,16 @@ def main() -> None:
             if args.standard_tokenizer:
                 standard_grounder(texts, folder, spec)
             agent = Agent.load(str(folder))
-        rows = [encode_completion(agent.tokenizer, u, c) for u, c in zip(users, completions)]
-        groups = prefix_groups(rows, args.batch_size)
-        skipped = sum((len(g.rows) - 1) * g.shared for g in groups)
-        total = sum(len(r.ids) for r in rows)
+        total, skipped, groups = prefix_share(agent.tokenizer, users, completions, args.batch_size)
         warm = args.batch_size
         for share in (False, True):
             seconds(agent, users[:warm], completions[:warm], args.batch_size, share)
         plain = min(seconds(agent, users, completions, args.batch_size, False) for _ in range(args.repeats))
         shared = min(seconds(agent, users, completions, args.batch_size, True) for _ in range(args.repeats))
-    print(f"rows: {len(rows)} ({args.tasks} tasks x {args.k}), {total / len(rows):.0f} tokens a row")
-    print(f"prefix share: {skipped / total:.1%} of tokens not recomputed ({len(groups)} groups)")
-    print(f"plain path:    {len(rows) / plain:.1f} rows/s")
-    print(f"shared prefix: {len(rows) / shared:.1f} rows/s")
+    print(f"rows: {len(users)} ({args.tasks} tasks x {args.k}), {total / len(users):.0f} tokens a row")
+    print(f"prefix share: {skipped / total:.1%} of tokens not recomputed ({groups} groups)")
+    print(f"plain path:    {len(users) / plain:.1f} rows/s")
+    print(f"shared prefix: {len(users) / shared:.1f} rows/s")
     print(f"ratio shared/plain: {plain / shared:.2f}x")
 
 
