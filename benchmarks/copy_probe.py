@@ -1,0 +1,63 @@
+"""Can a base copy? The leading indicator of what the bundled agents lack (issue 14: grounders that copy the
+wrong operands). For each base, on the same probes: a line of 3-7 random numbers (2-5 digits) and invented
+names, then `Copy:`; the loss per token of the copied half (teacher-forced; predictable only by copying) beside
+the first half's (unpredictable), and how many of the probes greedy decoding copies exactly.
+
+    .venv/bin/python benchmarks/copy_probe.py coalign-base coalign-base-2 [/path/to/a/run/base ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import torch
+
+from coalign.models import load_model, load_tokenizer
+from coalign.pretraining.bases import starting_point
+from coalign.pretraining.words import invented
+
+
+def probes(n: int, seed: int) -> list[str]:
+    """`n` sequences of random numbers and invented names (no seed of the corpus's: these are new)."""
+    rng = random.Random(seed)
+    pick = (lambda: str(rng.randint(10, 99_999)), lambda: invented(rng))
+    return [" ".join(rng.choice(pick)() for _ in range(rng.randint(3, 7))) for _ in range(n)]
+
+
+@torch.inference_mode()
+def measure(path: str, sequences: list[str]) -> dict:
+    """Mean loss per token of each half and the share of exact greedy copies."""
+    tokenizer, model = load_tokenizer(path), load_model(path, dtype="float32")
+    first = copied = tokens_first = tokens_copied = exact = 0
+    for seq in sequences:
+        head = tokenizer(f"Copy: {seq}\nCopy:", add_special_tokens=False).input_ids
+        tail = tokenizer(f" {seq}\n", add_special_tokens=False).input_ids
+        ids = torch.tensor([head + tail])
+        losses = torch.nn.functional.cross_entropy(model(ids).logits[0, :-1], ids[0, 1:], reduction="none")
+        cut = len(head) - 1  # losses[i] predicts token i + 1
+        first, tokens_first = first + losses[:cut].sum().item(), tokens_first + cut
+        copied, tokens_copied = copied + losses[cut:].sum().item(), tokens_copied + len(tail)
+        out = model.generate(ids[:, : len(head)], max_new_tokens=len(tail) + 4, do_sample=False)
+        text = tokenizer.decode(out[0, len(head) :], skip_special_tokens=True)
+        exact += text.split("\n")[0].strip() == seq
+    return {"first": first / tokens_first, "copied": copied / tokens_copied, "exact": exact / len(sequences)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bases", nargs="+", help="shipped base names or model folders")
+    parser.add_argument("--probes", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=20261201)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    sequences = probes(args.probes, args.seed)
+    print(f"{args.probes} probes: 3-7 random numbers (2-5 digits) and invented names, then `Copy:`")
+    print(f"{'base':<40} {'loss/token, first half':>24} {'copied half':>12} {'exact copies':>13}")
+    for base in args.bases:
+        row = measure(starting_point(base) or base, sequences)
+        print(f"{base:<40} {row['first']:>24.2f} {row['copied']:>12.2f} {row['exact']:>13.1%}")
+
+
+if __name__ == "__main__":
+    main()
