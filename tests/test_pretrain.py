@@ -139,27 +139,36 @@ def test_the_corpus_contamination_check_is_run_and_recorded(mini_run: Path) -> N
     assert recorded["verbatim"]["checked"] > 0
 
 
-def test_the_shipped_base_is_whole_small_and_what_the_bundled_configs_start_from() -> None:
-    from coalign.config import BUNDLED, load_config
+@pytest.mark.parametrize("name", ["coalign-base", "coalign-base-2"])
+def test_the_shipped_bases_are_whole_small_and_their_recipes_hold(name: str) -> None:
     from coalign.models import load_model
 
-    assert "coalign-base" in bases.shipped_bases()
-    folder = Path(bases.starting_point("coalign-base"))  # checks every file against the recipe's sha256
+    folder = Path(bases.starting_point(name))  # checks every file against the recipe's sha256
     assert sum(f.stat().st_size for f in folder.iterdir()) <= bases.MAX_BYTES
     recipe = json.loads((folder / "recipe.json").read_text())
     config = load_pretrain_config(folder / "pretrain.yaml")
     assert recipe["steps"] == config.train.max_steps and recipe["corpus"]["seed"] == config.seed
     assert recipe["leakage"]["verbatim"]["sets_with_leaks"].keys() <= {"gsm8k-test:question"}  # GSM8K's own
     assert recipe["leakage"]["skeleton"]["leaked"] == 0
+    if config.init_from:  # continued from a shipped base: the one this package ships, bytes and all
+        parent = json.loads((Path(bases.starting_point(config.init_from)) / "recipe.json").read_text())
+        assert recipe["init_from"]["files_sha256"] == parent["files_sha256"]
+        assert recipe["tokens_seen_in_all"] == recipe["tokens_seen"] + parent["tokens_seen"]
     tokenizer = load_tokenizer(folder)
     assert tokenizer.tokenize("2026") == list("2026")
     model = load_model(folder)
     ids = tokenizer("Copy: 41 7 Dravo\nCopy:", return_tensors="pt")
     assert model.generate(**ids, max_new_tokens=4, do_sample=False).shape[1] > ids["input_ids"].shape[1]
+
+
+def test_the_bundled_configs_start_from_the_newest_base() -> None:
+    from coalign.config import BUNDLED, load_config
+
+    assert {"coalign-base", "coalign-base-2"} <= set(bases.shipped_bases())
     for path in sorted(BUNDLED.glob("tiny*.yaml")):
         run = load_config(path.stem)
         starts = [run.pilotrl.model] if run.recipe == "pilotrl" else [run.models.planner, run.models.grounder]
-        assert starts == ["coalign-base"] * len(starts), path.name
+        assert starts == ["coalign-base-2"] * len(starts), path.name
 
 
 def test_models_can_name_one_start_for_both_agents(tmp_path: Path) -> None:
@@ -170,4 +179,4 @@ def test_models_can_name_one_start_for_both_agents(tmp_path: Path) -> None:
     models = load_config(path).models
     assert (models.planner, models.grounder) == ("scratch", "scratch")
     split = load_config("tiny", {"models": {"planner": "scratch"}}).models
-    assert (split.planner, split.grounder) == ("scratch", "coalign-base")
+    assert (split.planner, split.grounder) == ("scratch", "coalign-base-2")
