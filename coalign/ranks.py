@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from coalign.errors import RunError
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -137,13 +139,14 @@ def summed(counts: dict) -> dict:
 
 def batch_split(batch_size: int, grad_accum: int, what: str) -> tuple[int, int]:
     """(per-process batch, accumulation steps) that keep a config's batch per optimizer step whatever the
-    number of processes: accumulation is divided first, then the batch; a ValueError when neither divides."""
+    number of processes: accumulation is divided first, then the batch; a RunError (at the stage) when
+    neither divides."""
     size = world_size()
     if grad_accum % size == 0:
         return batch_size, grad_accum // size
     if batch_size % size == 0:
         return batch_size // size, grad_accum
-    raise ValueError(
+    raise RunError(
         f"{what}: batch_size {batch_size} x grad_accum {grad_accum} cannot be split over {size} processes; "
         f"make one of them a multiple of {size}"
     )

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from coalign import ranks
 from coalign.cli import app
 from coalign.config import config_to_yaml, load_config
+from coalign.errors import RunError
 from tests.test_moat import MOAT
 
 
@@ -71,7 +72,7 @@ def test_a_batch_is_split_over_processes_and_kept_per_step(monkeypatch):
     as_rank(monkeypatch, 0, 2)
     assert ranks.batch_split(8, 4, "sft") == (8, 2)  # accumulation first
     assert ranks.batch_split(8, 1, "sft") == (4, 1)
-    with pytest.raises(ValueError, match="batch_size 3 x grad_accum 1 cannot be split over 2 processes"):
+    with pytest.raises(RunError, match="batch_size 3 x grad_accum 1 cannot be split over 2 processes"):
         ranks.batch_split(3, 1, "sft")
 
 
