@@ -59,12 +59,14 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """A folder filled under a temporary name and moved to `path` (replacing it) only when complete,
-    so a kill mid-save leaves no half-written checkpoint at `path`. In a multi-process run the other ranks
-    fill a private folder that is then deleted (what fills it may be collective: all ranks must call it)."""
+    so a kill mid-save leaves no half-written checkpoint at `path`. In a multi-process run every rank calls it
+    (what fills it may be collective): the others fill a private folder that is then deleted, and all wait
+    for the main rank's folder to be in place, so each may read it next."""
     path = Path(path)
     if not ranks.is_main():
         with tempfile.TemporaryDirectory(prefix=f"rank{ranks.rank()}-") as scratch:
             yield Path(scratch)
+        ranks.barrier()
         return
     tmp = _temp_sibling(path)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -76,6 +78,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         raise
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
+    ranks.barrier()
 
 
 def write_json(path: str | Path, obj) -> Path:

@@ -68,6 +68,21 @@ def test_work_inside_a_share_runs_alone(monkeypatch):
     assert calls == [[9, 16]]  # one gather: the outer one, of rank 1's share
 
 
+def test_one_rank_writes_and_all_wait_for_its_folders(monkeypatch, tmp_path):
+    from coalign.runs import atomic_dir, write_json
+
+    waits = []
+    monkeypatch.setattr(ranks, "_group", lambda: type("Group", (), {"barrier": lambda self: waits.append(1)})())
+    for r in (1, 0):
+        as_rank(monkeypatch, r, 2)
+        write_json(tmp_path / f"from{r}.json", {"rank": r})
+        with atomic_dir(tmp_path / f"folder{r}") as folder:
+            (folder / "weights").write_text("w")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder0", "from0.json"]
+    assert (tmp_path / "folder0" / "weights").read_text() == "w"
+    assert len(waits) == 2  # after each folder, on either rank: a rank reading it next finds it whole
+
+
 def test_a_batch_is_split_over_processes_and_kept_per_step(monkeypatch):
     as_rank(monkeypatch, 0, 2)
     assert ranks.batch_split(8, 4, "sft") == (8, 2)  # accumulation first
@@ -97,7 +112,8 @@ def coalign(args: list[str], processes: int = 1) -> None:
             "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "coalign.cli",
         ]  # fmt: skip
     done = subprocess.run([*launch, *args], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    others = [line for line in done.stderr.splitlines() if line.startswith("[rank1]")]  # a crash's own trace
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + "\n".join(others)[-6000:]
 
 
 ROUND = ["candidates.jsonl", "scores.jsonl", "pairs.jsonl", "groundings.jsonl", "verdicts.jsonl"]
@@ -115,6 +131,8 @@ def test_two_processes_write_what_one_writes(tmp_path: Path):
     shutil.copytree(one, two)
     for record in (two / "stages").glob("round*.json"):
         record.unlink()  # the cold start (init, planner and grounder SFT) stays done
+    for done in [*two.glob("round*"), *(two / "checkpoints").glob("round*")]:
+        shutil.rmtree(done) if done.is_dir() else done.unlink()  # nothing of the rounds left to read early
     coalign(["train", str(config), "--run-dir", str(two)], processes=2)
 
     for name in ROUND:
