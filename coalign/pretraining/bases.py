@@ -35,10 +35,8 @@ def base_path(name: str) -> Path | None:
 def finished_base(name_or_path: str | Path) -> Path:
     """A shipped base's folder, or a finished pretraining run's `base/` (or a run folder holding one), verified
     against its recipe: what a continued pretraining starts from."""
-    candidates = [Path(name_or_path), Path(name_or_path) / "base"]
-    if isinstance(name_or_path, str) and base_path(name_or_path):
-        candidates.insert(0, base_path(name_or_path))
-    for folder in candidates:
+    shipped = base_path(name_or_path) if isinstance(name_or_path, str) else None
+    for folder in [*([shipped] if shipped else []), Path(name_or_path), Path(name_or_path) / "base"]:
         if (folder / "recipe.json").is_file():
             verify_base(folder)
             return folder

@@ -274,10 +274,12 @@ def export_base(run: Run, config: PretrainConfig, progress: dict) -> dict:
             "files_sha256": {name: file_sha256(tmp / name) for name in BASE_FILES if (tmp / name).exists()},
         }
         parent_file = run.path("models", "init", "parent_recipe.json")
+        before = 0
         if parent_file.exists():
             parent = read_json(parent_file)
-            recipe["init_from"] = {key: parent[key] for key in ("name", "steps", "tokens_seen", "files_sha256")}
-            recipe["init_from"]["tokens_seen_in_all"] = parent.get("tokens_seen_in_all", parent["tokens_seen"])
-        recipe["tokens_seen_in_all"] = recipe["tokens_seen"] + recipe.get("init_from", {}).get("tokens_seen_in_all", 0)
+            before = parent.get("tokens_seen_in_all", parent["tokens_seen"])
+            keys = ("name", "steps", "tokens_seen", "files_sha256")
+            recipe["init_from"] = {**{key: parent[key] for key in keys}, "tokens_seen_in_all": before}
+        recipe["tokens_seen_in_all"] = recipe["tokens_seen"] + before
         write_json(tmp / "recipe.json", recipe)
     return {"parameters": recipe["parameters"]}
