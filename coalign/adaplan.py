@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from coalign import ranks
 from coalign.agents import _NoBar, progress_bar
 from coalign.backends import decoding
 from coalign.envs import TextEnv, make_env
@@ -245,54 +246,95 @@ def run_episodes(
     each (environment, seed) task; episodes are batched per turn, longest contexts apart from shortest.
     `guide` (`expert_guide`, `model_planner`) writes the opening of each turn, as context. With `executor`
     (a second model, isolated planner and executor) the model writes only the plan blocks and the executor
-    the rest of each turn, as context. `writer` writes the model's turns in place of its `generate`."""
+    the rest of each turn, as context. `writer` writes the model's turns in place of its `generate`.
+
+    Greedy episodes (evaluation) under several processes: each turn's batches, the ones one process would
+    make, are shared among the ranks (`ranks.share`) and every rank applies every turn, so all ranks hold the
+    episodes one process would. Sampled episodes are GRPO rollouts, whose prompts the trainer already split."""
     writer = writer or hf_turns(model, tokenizer)
     episodes = [start_episode(tokenizer, name, seed, mode) for name, seed in tasks]
     for episode in episodes:
         if len(episode.ids) + max_new_tokens > max_context:
             episode.stop = "context"
+
+    def compose(batch: list[Episode]) -> list[Turn]:
+        return compose_turns(
+            batch, tokenizer, writer, guide, executor, every, max_new_tokens, max_context, temperature, top_p
+        )
+
     with progress_bar() if progress else _NoBar() as bar:
         task = bar.add_task(desc, total=len(episodes))
         bar.advance(task, sum(not e.running for e in episodes))
         while running := sorted((e for e in episodes if e.running), key=lambda e: len(e.ids)):
-            for start in range(0, len(running), batch_size):
-                batch = running[start : start + batch_size]
-                begin = [len(e.ids) for e in batch]
-                given = guide(tokenizer, batch, every) if guide else [""] * len(batch)
-                for episode, text in zip(batch, given, strict=True):
-                    if text:
-                        _append_context(episode, encode_segment(tokenizer, text, first=False))
-                    if len(episode.ids) + max_new_tokens > max_context:  # a long opening leaves no room
-                        episode.stop = "context"
-                        bar.advance(task)
-                keep = [i for i, e in enumerate(batch) if e.running]
-                batch, begin, given = [batch[i] for i in keep], [begin[i] for i in keep], [given[i] for i in keep]
-                if not batch:
-                    continue
-                texts, last = _write_turns(
-                    writer, executor, tokenizer, batch, every, max_new_tokens, temperature, top_p
-                )
-                for episode, text, b, opening, end in zip(batch, texts, begin, given, last, strict=True):
-                    take_turn(tokenizer, episode, opening + text, b, end, every, max_context, max_new_tokens)
+            batches = [running[start : start + batch_size] for start in range(0, len(running), batch_size)]
+            turns = ranks.share(compose, batches) if temperature == 0 else [compose(b) for b in batches]
+            for batch, batch_turns in zip(batches, turns, strict=True):
+                for episode, turn in zip(batch, batch_turns, strict=True):
+                    apply_turn(tokenizer, episode, turn, every, max_new_tokens, max_context)
                     if not episode.running:
                         bar.advance(task)
     return episodes
 
 
-def _write_turns(writer: TurnWriter, executor, tokenizer, batch, every, max_new_tokens, temperature, top_p):
-    """The model's part of each turn (appended, trained) and, with an executor, the executor's rest of it
-    (appended as context): each turn's new text and the ids written last."""
-    completions = writer([e.ids for e in batch], max_new_tokens, temperature, top_p)
-    if executor is not None:
-        due = [plan_due(e.mode, e.env.steps_taken, every) for e in batch]
-        completions = [c[: plan_tokens(tokenizer, c)] if d else [] for c, d in zip(completions, due, strict=True)]
-    texts = []
-    for episode, completion in zip(batch, completions, strict=True):
-        _append_generated(tokenizer, episode, completion)
-        texts.append(tokenizer.decode(completion, skip_special_tokens=True))
+@dataclass(frozen=True)
+class Turn:
+    """What one turn adds to an episode: the opening a guide wrote (context) and, when a turn still fits after
+    it, the ids the model wrote (trained) and an executor's rest of the turn (context)."""
+
+    opening: str
+    opening_ids: list[int]
+    written: list[int] | None  # None: the opening left no room for a turn
+    rest: list[int] | None = None  # the executor's part, with an executor
+
+
+def compose_turns(
+    batch: Sequence[Episode], tokenizer, writer: TurnWriter, guide: Guide | None, executor, every: int,
+    max_new_tokens: int, max_context: int, temperature: float, top_p: float,
+) -> list[Turn]:  # fmt: skip
+    """The next turn of each episode of `batch`, generated and not yet applied: it reads the episodes and
+    changes none, so any rank can compute it for all ranks to apply."""
+    given = guide(tokenizer, batch, every) if guide else [""] * len(batch)
+    openings = [encode_segment(tokenizer, text, first=False) if text else [] for text in given]
+    contexts = [e.ids + o for e, o in zip(batch, openings, strict=True)]
+    room = [len(c) + max_new_tokens <= max_context for c in contexts]  # a long opening leaves no room
+    fits = [c for c, ok in zip(contexts, room, strict=True) if ok]
+    written = iter(writer(fits, max_new_tokens, temperature, top_p) if fits else [])
+    turns = [
+        Turn(text, opening, next(written) if ok else None)
+        for text, opening, ok in zip(given, openings, room, strict=True)
+    ]
     if executor is None:
-        return texts, completions
-    rests = _generate(executor, tokenizer, [e.ids for e in batch], max_new_tokens, temperature, top_p)
-    for episode, rest in zip(batch, rests, strict=True):
-        _append_context(episode, rest)
-    return [t + tokenizer.decode(r, skip_special_tokens=True) for t, r in zip(texts, rests, strict=True)], rests
+        return turns
+    due = [plan_due(e.mode, e.env.steps_taken, every) for e in batch]
+    turns = [
+        Turn(t.opening, t.opening_ids, t.written[: plan_tokens(tokenizer, t.written)] if d else [])
+        if t.written is not None
+        else t
+        for t, d in zip(turns, due, strict=True)
+    ]
+    live = [i for i, t in enumerate(turns) if t.written is not None]
+    rests = _generate(
+        executor, tokenizer, [contexts[i] + turns[i].written for i in live], max_new_tokens, temperature, top_p
+    ) if live else []  # fmt: skip
+    for i, rest in zip(live, rests, strict=True):
+        turns[i] = Turn(turns[i].opening, turns[i].opening_ids, turns[i].written, rest)
+    return turns
+
+
+def apply_turn(tokenizer, episode: Episode, turn: Turn, every: int, max_new_tokens: int, max_context: int) -> None:
+    """Append a composed turn to its episode and take it (`take_turn`), or stop the episode when the turn's
+    opening left no room for the model's part."""
+    begin = len(episode.ids)
+    if turn.opening_ids:
+        _append_context(episode, turn.opening_ids)
+    if turn.written is None:
+        episode.stop = "context"
+        return
+    _append_generated(tokenizer, episode, turn.written)
+    text = tokenizer.decode(turn.written, skip_special_tokens=True)
+    last = turn.written
+    if turn.rest is not None:
+        _append_context(episode, turn.rest)
+        text += tokenizer.decode(turn.rest, skip_special_tokens=True)
+        last = turn.rest
+    take_turn(tokenizer, episode, turn.opening + text, begin, last, every, max_context, max_new_tokens)

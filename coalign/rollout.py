@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from coalign import ranks
 from coalign.adaplan import Episode, TurnWriter, cut_after_eos, expert_guide, run_episodes
 from coalign.envs import make_env
 from coalign.errors import RunError
@@ -106,11 +107,12 @@ def make_rollout_func(rows: Sequence[dict], spec: RolloutSpec, executor=None) ->
         model = trainer.accelerator.unwrap_model(trainer.model)
         tokenizer = trainer.processing_class
         writer = vllm_turns(trainer) if getattr(trainer, "use_vllm", False) else None
-        episodes = run_episodes(
-            model, tokenizer, chosen, spec.mode, spec.every, spec.max_new_tokens, spec.max_context,
-            spec.batch_size, temperature=trainer.args.temperature, top_p=trainer.args.top_p,
-            progress=False, guide=expert_guide if spec.guided else None, executor=executor, writer=writer,
-        )  # fmt: skip
+        with ranks.alone():  # the trainer gave each process its own prompts
+            episodes = run_episodes(
+                model, tokenizer, chosen, spec.mode, spec.every, spec.max_new_tokens, spec.max_context,
+                spec.batch_size, temperature=trainer.args.temperature, top_p=trainer.args.top_p,
+                progress=False, guide=expert_guide if spec.guided else None, executor=executor, writer=writer,
+            )  # fmt: skip
         return rollout_rows(episodes, spec.train, tokenizer.eos_token_id)
 
     return rollout
