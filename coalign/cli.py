@@ -336,30 +336,52 @@ def data_suite(
 
 @data_app.command("fetch")
 def data_fetch(
-    source: Annotated[str, typer.Argument(help="lumos: Agent Lumos's training sets (paper-moat configs' data.train)")],
-    out: Annotated[Path, typer.Option(help="folder of the JSONL files and their record, fetch.json")] = Path("data"),
-    families: Annotated[str, typer.Option(help="comma-separated: maths, qa, web")] = "maths,qa,web",
-    revision: Annotated[str, typer.Option(help="hub revision of every set: a branch, tag or commit")] = "main",
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="lumos: Agent Lumos's training sets (the paper-moat configs' data.train); eval: the papers' "
+            "evaluation sets GSM8K test, SVAMP, StrategyQA and HotpotQA dev (data.heldin/heldout), checked against "
+            "the originals"
+        ),
+    ],
+    out: Annotated[
+        Optional[Path],
+        typer.Option(help="folder of the files and their record, fetch.json (lumos: data, eval: data/eval)"),
+    ] = None,
+    families: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated; lumos: maths, qa, web; eval: gsm8k, svamp, strategyqa, hotpotqa (default: all)"
+        ),
+    ] = "",
+    revision: Annotated[str, typer.Option(help="lumos: hub revision of every set: a branch, tag or commit")] = "main",
     skip_bad_rows: Annotated[
         bool,
         typer.Option(
             "--skip-bad-rows",
-            help="count the rows coalign's Lumos loader refuses (recorded in fetch.json) instead of stopping at the "
-            "first; a run then needs --skip-bad-rows too",
+            help="lumos: count the rows coalign's Lumos loader refuses (recorded in fetch.json) instead of stopping at "
+            "the first; a run then needs --skip-bad-rows too",
         ),
     ] = False,
 ) -> None:
-    """Download training data from the Hugging Face hub into the files the paper configs read, record where each
-    came from and its sha256 (OUT/fetch.json), and read it back with coalign's loader."""
+    """Download data into the files the paper configs read, record where each came from and its sha256
+    (OUT/fetch.json), and check it: Lumos's sets are read back with coalign's loader, the evaluation sets must be
+    byte for byte their public originals."""
     from coalign.data_fetch import LUMOS_SETS, FetchError, fetch_lumos
+    from coalign.eval_sets import EVAL_SETS, fetch_eval_sets
 
-    if source != "lumos":
-        raise typer.BadParameter(f"the sources are: lumos; got {source!r}")
-    names = [name.strip() for name in families.split(",") if name.strip()]
-    if not names or set(names) - set(LUMOS_SETS):
-        raise typer.BadParameter(f"--families takes comma-separated {', '.join(LUMOS_SETS)}, got {families!r}")
+    known = {"lumos": LUMOS_SETS, "eval": EVAL_SETS}
+    if source not in known:
+        raise typer.BadParameter(f"the sources are: {', '.join(known)}; got {source!r}")
+    names = [name.strip() for name in families.split(",") if name.strip()] or list(known[source])
+    if set(names) - set(known[source]):
+        choices = ", ".join(known[source])
+        raise typer.BadParameter(f"--families of {source} takes comma-separated {choices}, got {families!r}")
     try:
-        fetch_lumos(out, names, revision=revision, skip_bad_rows=skip_bad_rows, console=console)
+        if source == "eval":
+            fetch_eval_sets(out or Path("data/eval"), names, console=console)
+        else:
+            fetch_lumos(out or Path("data"), names, revision=revision, skip_bad_rows=skip_bad_rows, console=console)
     except FetchError as err:
         raise _fail(err) from None
     except DataError as err:

@@ -72,7 +72,7 @@ def fetch_lumos(
     instead, and a run reading the files then needs its own `skip_bad_rows`.
     """
     out, console = Path(out), console or Console(quiet=True)
-    record = _read_record(out / RECORD)
+    record = read_record(out / RECORD)
     for family in families:
         lumos = LUMOS_SETS[family]
         record["families"].pop(family, None)  # its files are about to change: no stale task count
@@ -126,7 +126,7 @@ def _unreachable(source: str, path: Path, exc: Exception) -> str:
     )
 
 
-def _read_record(path: Path) -> dict:
+def read_record(path: Path) -> dict:
     """The record of earlier fetches into this folder, so fetching one family keeps the others' entries."""
     if not path.exists():
         return {"files": {}, "families": {}}

@@ -37,16 +37,21 @@ def _temp_sibling(path: Path) -> Path:
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write `text` so that readers see the old file or the new one, never half of it. In a multi-process
-    run only the main rank writes (`ranks`): the others computed the same text."""
+    """Write `text` (UTF-8) as `atomic_write_bytes` does."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write `data` so that readers see the old file or the new one, never half of it. In a multi-process
+    run only the main rank writes (`ranks`): the others computed the same bytes."""
     path = Path(path)
     if not ranks.is_main():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_sibling(path)
     try:
-        with tmp.open("w", encoding="utf-8") as handle:
-            handle.write(text)
+        with tmp.open("wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -11,10 +11,7 @@ import yaml
 from coalign.config import BUNDLED, LoraSettings, load_config
 from coalign.data_fetch import LUMOS_SETS
 from coalign.grpo_stages import STAGES
-from coalign.tasks.sources import load_sources
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
 MOAT = {
     "paper-moat-llama2-7b": "meta-llama/Llama-2-7b-hf",
     "paper-moat-mistral-7b": "mistral-community/Mistral-7B-v0.2",
@@ -63,15 +60,6 @@ def test_moat_config_trains_on_the_fetched_files_and_evaluates_the_papers_six_se
     paper = load_config("paper").data  # the maths sets where paper.yaml has always pointed
     assert (data.heldin[0], data.heldout[0]) == (paper.heldin[0], paper.heldout[0])
     assert data.heldout[2].n == 500  # WebShop's test goals are its first 500
-
-
-@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} not found beside the checkout")
-def test_moat_evaluation_sets_shipped_in_shared_data_load_from_the_repository_root(monkeypatch):
-    monkeypatch.chdir(ROOT)
-    data = load_config("paper-moat-llama2-7b").data
-    shipped = [s for s in data.heldin + data.heldout if s.kind not in ("mind2web", "webshop")]  # downloaded by hand
-    tasks = load_sources([s.model_copy(update={"n": 2}) for s in shipped])
-    assert [t.family for t in tasks] == ["maths"] * 2 + ["qa"] * 2 + ["maths"] * 2 + ["qa"] * 2
 
 
 @pytest.mark.parametrize("name", PILOTRL)
