@@ -285,6 +285,11 @@ class PilotRLSettings(Settings):
     eval_tasks: int = Field(50, ge=1, description="evaluation episodes per environment")
     eval_seed: int = Field(1_000_000, ge=0, description="first evaluation seed (training seeds start at 0)")
     eval_update_every: list[int] = Field([1], min_length=1, description="AdaPlan evaluated at each interval")
+    eval_expert_plans: bool = Field(
+        False,
+        description="AdaPlan also evaluated with the expert's remaining plan given as each due plan block (the "
+        "executor alone, as GRPO stage 1 trains it): tells planning failures from acting ones",
+    )
     max_new_tokens: int = Field(160, ge=1, description="per model turn")
     max_context: int = Field(2048, ge=64, description="an episode whose context would pass this stops")
     batch_size: int = Field(32, ge=1)

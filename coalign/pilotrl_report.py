@@ -42,14 +42,17 @@ def _runs(results: dict, variant: str, k: str = "k1") -> list[dict]:
     return [runs[str(s)][k] for s in results["seeds"] if str(s) in runs and k in runs[str(s)]]
 
 
-def success_table(results: dict, measure: str = "success") -> str:
+def success_table(results: dict, measure: str = "success", k: str = "k1") -> str:
     """A measure (success rate, or the share of turns well formed; %) per environment and split average,
-    mean ± std over seeds, plan updated every step."""
+    mean ± std over seeds, of the evaluation `k` (plan updated every step; `expert_k1`: the expert's plans
+    given)."""
     envs = [*results["heldin"], *results["heldout"]]
     headers = [f"{measure} (%)", *envs, "held-in avg", "held-out avg"]
     rows = []
     for variant in results["runs"]:
-        blocks = [b for b in _runs(results, variant) if measure in b["heldin"] or measure in b["heldout"]]
+        blocks = [b for b in _runs(results, variant, k) if measure in b["heldin"] or measure in b["heldout"]]
+        if not blocks and k != "k1":
+            continue
         cells = [_fmt([b["envs"][e][measure] for b in blocks]) for e in envs]
         cells += [_fmt([b[split][measure] for b in blocks if b[split]]) for split in ("heldin", "heldout")]
         rows.append([NAMES.get(variant, variant), *cells])
@@ -88,7 +91,7 @@ def update_table(results: dict, variant: str = "adaplan") -> str:
     """Success (%) and steps per task when the plan is rewritten every k steps (Table 10)."""
     envs = [*results["heldin"], *results["heldout"]]
     runs = results["runs"].get(variant, {})
-    ks = sorted({k for run in runs.values() for k in run}, key=lambda k: int(k[1:]))
+    ks = sorted({k for run in runs.values() for k in run if k[1:].isdigit()}, key=lambda k: int(k[1:]))
     rows = []
     for k in ks:
         blocks = _runs(results, variant, k)
@@ -136,4 +139,11 @@ def report_markdown(results: dict) -> str:
                   "`curves.png` beside this report."]  # fmt: skip
     if "adaplan" in results["runs"]:
         parts += ["AdaPlan, plan rewritten every k steps (Table 10):", update_table(results)]
+    if any("expert_k1" in run for runs in results["runs"].values() for run in runs.values()):
+        parts += [
+            "Given the expert's plans (its remaining plan as each plan block, rewritten every step: the executor "
+            "alone, as GRPO stage 1 trains it), success and well-formed turns (%):",
+            success_table(results, k="expert_k1"),
+            success_table(results, "well_formed", "expert_k1"),
+        ]
     return "\n\n".join(parts) + "\n"

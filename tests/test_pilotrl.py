@@ -14,6 +14,7 @@ from coalign.expert import expert_conversation
 from coalign.models import load_model, load_tokenizer
 from coalign.recipes.pilotrl import run_pilotrl, summarise
 from coalign.stages.sft import conversation_dataset
+from coalign.tasks.jsonl import read_jsonl
 from coalign.token_turns import encode
 
 TINY = {"vocab_size": 400, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
@@ -44,6 +45,17 @@ def test_a_pilotrl_run_trains_evaluates_and_resumes(tmp_path):
     stamp = (tmp_path / "stages" / "sft.json").stat().st_mtime_ns
     assert run_pilotrl(cfg, tmp_path, Console(quiet=True)) == results
     assert (tmp_path / "stages" / "sft.json").stat().st_mtime_ns == stamp
+
+
+def test_the_expert_plans_evaluation_gives_the_executor_the_experts_plan(tmp_path):
+    cfg = config(train_tasks=4, eval_tasks=3, sft={**SFT, "epochs": 1}, eval_expert_plans=True)
+    results = run_pilotrl(cfg, tmp_path, Console(quiet=True))
+    assert set(results) == {"k1", "expert_k1"} and results["expert_k1"]["envs"]["toy"]["tasks"] == 3
+    for _, row in read_jsonl(tmp_path / "expert_k1" / "episodes.jsonl"):
+        env = envs.make_env("toy")
+        env.reset(row["seed"])
+        assert row["turns"][0]["plan"] == env.expert_plan()  # the first plan block is the expert's, whole
+        assert all(turn["plan_due"] and turn["plan"] for turn in row["turns"])  # one given at every step
 
 
 def test_unknown_environments_are_refused_before_any_work(tmp_path):

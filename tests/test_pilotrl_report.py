@@ -48,6 +48,18 @@ def test_report_holds_all_tables():
     assert text.count("|---") >= 4 and "Table 9" in text and "Table 10" in text
 
 
+def test_runs_evaluated_with_the_experts_plans_get_their_own_tables():
+    results = {**RESULTS, "runs": {**RESULTS["runs"], "adaplan": {
+        seed: {**run, **block(80.0 + 10 * int(seed), "expert_k1")} for seed, run in RESULTS["runs"]["adaplan"].items()
+    }}}  # fmt: skip
+    text = report_markdown(results)
+    assert "Given the expert's plans" not in report_markdown(RESULTS) and "Given the expert's plans" in text
+    expert = text[text.index("Given the expert's plans") :]
+    assert "| SFT (AdaPlan) | 85.0 ± 7.1 | 85.0 ± 7.1 | 85.0 ± 7.1 | 42.5 ± 3.5 |" in expert
+    assert "SFT (ReAct)" not in expert  # no such evaluation of it
+    assert "every 1 step(s)" in update_table(results) and "expert" not in update_table(results)
+
+
 @pytest.mark.parametrize("name", [*HELDIN, *HELDOUT])
 @pytest.mark.parametrize("mode", ["adaplan", "react"])
 def test_expert_episodes_parse_on_every_environment(name, mode):

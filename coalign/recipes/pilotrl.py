@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from coalign.adaplan import model_planner, run_episodes
+from coalign.adaplan import expert_guide, model_planner, run_episodes
 from coalign.agents import Agent
 from coalign.config import PilotRLSettings, RunConfig
 from coalign.critic_options import PLANNER_OPTIONS, split_endpoint_options
@@ -100,19 +100,22 @@ def eval_metrics(rows: list[dict], settings: PilotRLSettings, every: int) -> dic
 
 def evaluate(
     run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool,
-    planner: str | None = None,
+    planner: str | None = None, expert_plans: bool = False,
 ) -> dict:  # fmt: skip
     """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/.
-    With `planner`, a separate model writes the plan blocks and the model at `model_path` the rest."""
-    name = f"eval_k{every}"
+    With `planner`, a separate model writes the plan blocks and the model at `model_path` the rest; with
+    `expert_plans`, the expert's remaining plan is given as each due plan block (under expert_k{every}/)."""
+    name = f"{'expert' if expert_plans else 'eval'}_k{every}"
 
     def work() -> None:
         agent = Agent.load(model_path, trust)
         guide = model_planner(Agent.load(planner, trust).model, settings.max_new_tokens) if planner else None
+        guide = expert_guide if expert_plans else guide
         names = list(dict.fromkeys([*settings.heldin, *settings.heldout]))
         tasks = [(env, settings.eval_seed + i) for env in names for i in range(settings.eval_tasks)]
+        given = ", the expert's plans given" if expert_plans else ""
         console.print(f"[bold]{name}[/bold]: {settings.eval_tasks} tasks on each of {', '.join(names)} "
-                      f"({settings.mode}, plan update every {every})")  # fmt: skip
+                      f"({settings.mode}, plan update every {every}{given})")  # fmt: skip
         episodes = run_episodes(
             agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
             settings.max_context, settings.batch_size, desc=name, guide=guide,
@@ -241,6 +244,9 @@ def evaluate_all(run: Run, config: RunConfig, model_path: str, console: Console,
     settings, trust = config.pilotrl, config.models.trust_remote_code
     everies = settings.eval_update_every if settings.mode == "adaplan" else [1]
     results = {f"k{k}": evaluate(run, settings, model_path, k, console, trust, planner) for k in everies}
+    if settings.eval_expert_plans and settings.mode == "adaplan":
+        for k in everies:
+            results[f"expert_k{k}"] = evaluate(run, settings, model_path, k, console, trust, expert_plans=True)
     write_json(run.path("metrics.json"), results)
     return results
 
