@@ -15,7 +15,7 @@ write is context, mask 0. ReAct is the same loop with no plan. An episode ends o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -305,19 +305,15 @@ def compose_turns(
     ]
     if executor is None:
         return turns
-    due = [plan_due(e.mode, e.env.steps_taken, every) for e in batch]
-    turns = [
-        Turn(t.opening, t.opening_ids, t.written[: plan_tokens(tokenizer, t.written)] if d else [])
-        if t.written is not None
-        else t
-        for t, d in zip(turns, due, strict=True)
-    ]
     live = [i for i, t in enumerate(turns) if t.written is not None]
-    rests = _generate(
-        executor, tokenizer, [contexts[i] + turns[i].written for i in live], max_new_tokens, temperature, top_p
-    ) if live else []  # fmt: skip
+    for i in live:  # the model keeps only its plan block, where one is due; the executor writes the rest
+        due = plan_due(batch[i].mode, batch[i].env.steps_taken, every)
+        written = turns[i].written[: plan_tokens(tokenizer, turns[i].written)] if due else []
+        turns[i] = replace(turns[i], written=written)
+    contexts = [contexts[i] + turns[i].written for i in live]
+    rests = _generate(executor, tokenizer, contexts, max_new_tokens, temperature, top_p) if live else []
     for i, rest in zip(live, rests, strict=True):
-        turns[i] = Turn(turns[i].opening, turns[i].opening_ids, turns[i].written, rest)
+        turns[i] = replace(turns[i], rest=rest)
     return turns
 
 
