@@ -324,6 +324,10 @@ def report_markdown(results: dict) -> str:
         subgoals_matter_table(results, main),
         "",
     ]
+    if any(len(datasets(results, split)) > 1 for split in ("heldin", "heldout")):
+        for key, given in (("grounder_acc_gold_subgoals", "gold"), ("grounder_acc_blank_subgoals", "blanked")):
+            lines += [f"Per evaluation set, the grounder given the {given} subgoals (%):", ""]
+            lines += [accuracy_table(results, main, with_cold=True, metric=key), ""]
     if len(ablations) > 1:
         lines += ["## Ablations (Table 3 analogue): accuracy (%) after the last round", ""]
         lines += [accuracy_table(results, ablations, with_cold=False), ""]

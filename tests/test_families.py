@@ -228,6 +228,13 @@ def test_a_mixed_bench_report_and_plot_are_written(tmp_path):
         "wall_seconds": 1.0,
         "runs": {r: {"0": {"rounds": rounds, "stages": {}}} for r in ("lumos", "moat")},
     }
+    for block in (b for r in rounds.values() for b in r.values()):
+        for i, metrics in enumerate(block["sets"].values()):
+            metrics.update(grounder_acc_gold_subgoals=0.8 - i / 10, grounder_acc_blank_subgoals=0.1)
     write_report(results, tmp_path)
-    assert "heldin maths avg | heldin qa avg" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "heldin maths avg | heldin qa avg" in report
+    gold = report[report.index("given the gold subgoals (%)") :].splitlines()
+    assert gold[4] == "| Lumos (cold start) | 80.0 | 70.0 | - | - |"  # per set; the splits' averages were not given
+    assert "given the blanked subgoals (%)" in report
     assert (tmp_path / "rounds.png").read_bytes()[:4] == b"\x89PNG"
