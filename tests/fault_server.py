@@ -74,11 +74,19 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
                 server.in_flight += 1
                 server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 reply = server.script.pop(0) if server.script else server.default
+            self.answered = False
             try:
                 self._respond(reply)
             except OSError:  # the client gave up (timeout test)
                 pass
             finally:
+                self._leave()
+
+        def _leave(self) -> None:
+            """No longer in flight: called before the answer's bytes go out (a client that has them may send its
+            next request before this thread runs again) or, failing that, once the request ends."""
+            if not self.answered:
+                self.answered = True
                 with server.lock:
                     server.in_flight -= 1
 
@@ -102,6 +110,7 @@ def handler(server: Server) -> type[BaseHTTPRequestHandler]:
                 data = json.dumps({"object": "text_completion", "choices": choices}).encode()
             else:
                 data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply.content}}]}).encode()
+            self._leave()
             self.send_response(reply.status)
             for name, value in reply.headers.items():
                 self.send_header(name, value)
