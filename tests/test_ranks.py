@@ -154,14 +154,14 @@ PILOTRL = {
     "name": "pilotrl-ranks", "recipe": "pilotrl", "threads": 1,
     "models": {"tiny": {"vocab_size": 400, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
                         "intermediate_size": 64, "max_positions": 4096}},
-    "pilotrl": {"model": "scratch", "heldin": ["household", "crafting"], "heldout": ["maze"], "train_tasks": 6,
-                "eval_tasks": 5, "eval_update_every": [1, 2], "max_new_tokens": 48, "max_context": 400,
+    "pilotrl": {"model": "scratch", "heldin": ["household", "crafting"], "heldout": ["maze"], "train_tasks": 3,
+                "eval_tasks": 4, "eval_update_every": [1], "max_new_tokens": 48, "max_context": 320,
                 "batch_size": 4, "sft": {"learning_rate": 3e-3, "epochs": 1, "batch_size": 4, "max_length": 4096}},
 }  # fmt: skip
 
 
 def test_two_processes_evaluate_pilotrl_as_one_does(tmp_path: Path):
-    """PilotRL's evaluation episodes under 2 processes: each turn's batches (4 episodes of 15) shared between the
+    """PilotRL's evaluation episodes under 2 processes: each turn's batches (4 episodes of 12) shared between the
     ranks, the episodes and metrics written are those of one process, byte for byte."""
     config = tmp_path / "pilotrl.yaml"
     config.write_text(json.dumps(PILOTRL))
@@ -175,7 +175,7 @@ def test_two_processes_evaluate_pilotrl_as_one_does(tmp_path: Path):
     coalign(["train", str(config), "--run-dir", str(two)], processes=2)
 
     written = sorted(p.relative_to(one) for p in one.glob("eval_k*/*"))
-    assert len(written) == 4
+    assert len(written) == 2
     for path in [*written, Path("metrics.json")]:
         assert (two / path).read_bytes() == (one / path).read_bytes(), path
     assert sorted(p.name for p in (two / "stages").iterdir()) == sorted(p.name for p in (one / "stages").iterdir())
