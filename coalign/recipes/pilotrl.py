@@ -109,8 +109,10 @@ def evaluate(
 
     def work() -> None:
         agent = Agent.load(model_path, trust)
-        guide = model_planner(Agent.load(planner, trust).model, settings.max_new_tokens) if planner else None
-        guide = expert_guide if expert_plans else guide
+        if expert_plans:
+            guide = expert_guide
+        else:
+            guide = model_planner(Agent.load(planner, trust).model, settings.max_new_tokens) if planner else None
         names = list(dict.fromkeys([*settings.heldin, *settings.heldout]))
         tasks = [(env, settings.eval_seed + i) for env in names for i in range(settings.eval_tasks)]
         given = ", the expert's plans given" if expert_plans else ""
