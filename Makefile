@@ -4,13 +4,15 @@ PY := $(VENV)/bin/python
 # CPU build of torch where no NVIDIA driver is present; otherwise the user's (PyPI default) build.
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 DEMO_ARGS ?=
+# Test files run side by side, one worker per core (a file's tests stay together: its module fixtures are built once).
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: install demo demo-pilotrl test clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[test]"
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile "$(TORCH_SPEC)"
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile -e ".[test]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -22,7 +24,7 @@ demo-pilotrl: install
 	$(VENV)/bin/coalign demo pilotrl $(DEMO_ARGS)
 
 test: install
-	$(VENV)/bin/python -m pytest -q
+	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
