@@ -13,6 +13,7 @@ from coalign.bench_report import accuracy_table, fmt, paired_table, premise_tabl
 from coalign.config import load_config
 from coalign.console import make_console
 from coalign.parallel import Job, latest_line, run_jobs
+from tests.jobs import boom, echo
 from tests.test_moat import MOAT
 
 BENCH = {**MOAT, "name": "bench-test"}
@@ -146,26 +147,17 @@ def test_report_tables_are_mean_and_sample_std_over_seeds():
     assert "| MOAT | 1 | 0.550 ± 0.071 |" in premise
 
 
-def _echo(text: str) -> str:
-    print(f"job says {text}")
-    return text.upper()
-
-
-def _boom() -> None:
-    raise ValueError("bad job")
-
-
 def test_parallel_jobs_return_in_order_and_log_their_output(tmp_path):
-    jobs = [Job(f"j{i}", _echo, (f"x{i}",), tmp_path / f"j{i}.log") for i in range(3)]
+    jobs = [Job(f"j{i}", echo, (f"x{i}",), tmp_path / f"j{i}.log") for i in range(3)]
     assert run_jobs(jobs, workers=2, desc="test") == ["X0", "X1", "X2"]
     assert (tmp_path / "j1.log").read_text().strip().endswith("job says x1")
     with pytest.raises(RuntimeError, match=r"job bad failed: bad job \(log: .*bad.log\)"):
-        run_jobs([Job("bad", _boom, (), tmp_path / "bad.log"), *jobs[:1]], workers=2, desc="test")
+        run_jobs([Job("bad", boom, (), tmp_path / "bad.log"), *jobs[:1]], workers=2, desc="test")
 
 
 def test_parallel_jobs_print_one_line_per_start_and_finish_when_not_a_terminal(tmp_path):
     out = io.StringIO()
-    jobs = [Job(f"j{i}", _echo, (f"x{i}",), tmp_path / f"j{i}.log") for i in range(3)]
+    jobs = [Job(f"j{i}", echo, (f"x{i}",), tmp_path / f"j{i}.log") for i in range(3)]
     run_jobs(jobs, workers=2, desc="test", console=make_console(file=out, width=40))
     lines = out.getvalue().splitlines()
     assert len(lines) == 6 and "\x1b" not in out.getvalue()  # no live redraws in a file
