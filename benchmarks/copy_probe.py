@@ -1,7 +1,9 @@
 """Can a base copy? The leading indicator of what the bundled agents lack (issue 14: grounders that copy the
 wrong operands). For each base, on the same probes: a line of 3-7 random numbers (2-5 digits) and invented
 names, then `Copy:`; the loss per token of the copied half (teacher-forced; predictable only by copying) beside
-the first half's (unpredictable), and how many of the probes greedy decoding copies exactly.
+the first half's (unpredictable), the loss on the copied half's digits alone (against ln 10 = 2.30, a uniform
+guess among the ten digits: a model that copies goes far below it), and how many of the probes greedy
+decoding copies exactly.
 
     .venv/bin/python benchmarks/copy_probe.py coalign-base coalign-base-2 [/path/to/a/run/base ...]
 """
@@ -29,7 +31,7 @@ def probes(n: int, seed: int) -> list[str]:
 def measure(path: str, sequences: list[str]) -> dict:
     """Mean loss per token of each half and the share of exact greedy copies."""
     tokenizer, model = load_tokenizer(path), load_model(path, dtype="float32")
-    first = copied = tokens_first = tokens_copied = exact = 0
+    first = copied = tokens_first = tokens_copied = exact = digits = tokens_digits = 0
     for seq in sequences:
         head = tokenizer(f"Copy: {seq}\nCopy:", add_special_tokens=False).input_ids
         tail = tokenizer(f" {seq}\n", add_special_tokens=False).input_ids
@@ -38,10 +40,17 @@ def measure(path: str, sequences: list[str]) -> dict:
         cut = len(head) - 1  # losses[i] predicts token i + 1
         first, tokens_first = first + losses[:cut].sum().item(), tokens_first + cut
         copied, tokens_copied = copied + losses[cut:].sum().item(), tokens_copied + len(tail)
+        is_digit = torch.tensor([tokenizer.decode([t]).isdigit() for t in tail])
+        digits, tokens_digits = digits + losses[cut:][is_digit].sum().item(), tokens_digits + int(is_digit.sum())
         out = model.generate(ids[:, : len(head)], max_new_tokens=len(tail) + 4, do_sample=False)
         text = tokenizer.decode(out[0, len(head) :], skip_special_tokens=True)
         exact += text.split("\n")[0].strip() == seq
-    return {"first": first / tokens_first, "copied": copied / tokens_copied, "exact": exact / len(sequences)}
+    return {
+        "first": first / tokens_first,
+        "copied": copied / tokens_copied,
+        "digits": digits / max(tokens_digits, 1),
+        "exact": exact / len(sequences),
+    }
 
 
 def main() -> None:
@@ -53,10 +62,10 @@ def main() -> None:
     torch.set_num_threads(1)
     sequences = probes(args.probes, args.seed)
     print(f"{args.probes} probes: 3-7 random numbers (2-5 digits) and invented names, then `Copy:`")
-    print(f"{'base':<40} {'loss/token, first half':>24} {'copied half':>12} {'exact copies':>13}")
+    print(f"{'base':<40} {'loss/token, first half':>24} {'copied half':>12} {'its digits':>11} {'exact copies':>13}")
     for base in args.bases:
         row = measure(starting_point(base) or base, sequences)
-        print(f"{base:<40} {row['first']:>24.2f} {row['copied']:>12.2f} {row['exact']:>13.1%}")
+        print(f"{base:<40} {row['first']:>24.2f} {row['copied']:>12.2f} {row['digits']:>11.2f} {row['exact']:>13.1%}")
 
 
 if __name__ == "__main__":
