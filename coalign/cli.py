@@ -134,8 +134,10 @@ def pretrain(
     except (ConfigError, DataError, RunError) as err:
         raise _fail(err) from None
     losses = ", ".join(f"{k} {v['value']}" for k, v in progress["losses"].items())
-    console.print(f"step {progress['steps']} of {cfg.train.max_steps}; {progress['tokens_seen']:,} tokens; "
-                  f"{progress['wall_s']:.0f} s in {len(progress['sittings'])} sittings; {losses}")
+    console.print(
+        f"step {progress['steps']} of {cfg.train.max_steps}; {progress['tokens_seen']:,} tokens; "
+        f"{progress['wall_s']:.0f} s in {len(progress['sittings'])} sittings; {losses}"
+    )
 
 
 @app.command("eval")
@@ -230,8 +232,12 @@ def _bench(
     from coalign.recipe_registry import bench_names, load, recipe
 
     if ranks.world_size() > 1:
-        raise _fail(RunError("coalign bench runs its own jobs side by side: launch it as one process (each of its "
-                             "runs can be launched on its own with `accelerate launch ... coalign train`)"))
+        raise _fail(
+            RunError(
+                "coalign bench runs its own jobs side by side: launch it as one process (each of its "
+                "runs can be launched on its own with `accelerate launch ... coalign train`)"
+            )
+        )
     cfg = _config(config, sets, skip_bad_rows)
     entry, started = recipe(cfg.recipe), time.time()
     recipes = recipes or list(bench_names(cfg.recipe))

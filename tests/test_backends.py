@@ -162,7 +162,7 @@ def test_vllm_asks_for_k_candidates_in_one_call_with_prefix_caching(tiny, fake_v
     ]  # fmt: skip
     torch.manual_seed(3)
     got = generate(agent, USERS, 9, batch_size=2, num_return_sequences=4, temperature=0.8, top_p=0.9, progress=False)
-    (prompts, params, tqdm), = FakeLLM.calls
+    ((prompts, params, tqdm),) = FakeLLM.calls
     assert prompts == [render_prompt(agent.tokenizer, u) for u in USERS] and tqdm is False  # one call, all prompts
     seed = params.kwargs.pop("seed")
     eos = agent.tokenizer.eos_token_id

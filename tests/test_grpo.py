@@ -247,7 +247,9 @@ def test_vllm_generation_is_configured_for_trl_and_refused_without_vllm(tmp_path
     stage = STAGES["executor"]
     hf = grpo_config(GRPOSettings(batch_size=2, num_generations=2), stage, tmp_path, 0, [1.0], 48)
     assert not hf.use_vllm and hf.max_completion_length == 48
-    server = GRPOSettings(batch_size=2, num_generations=2, generation="vllm_server", vllm_server_url="http://127.0.0.1:8000")
+    server = GRPOSettings(
+        batch_size=2, num_generations=2, generation="vllm_server", vllm_server_url="http://127.0.0.1:8000"
+    )
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "vllm" else real_find_spec(name))
     with pytest.raises(RunError, match="needs vLLM"):

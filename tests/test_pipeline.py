@@ -25,7 +25,7 @@ TINY = {
             "num_heads": 2,
             "num_kv_heads": 2,
             "intermediate_size": 64,
-        }
+        },
     },
     "planner_sft": {"learning_rate": 1e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
     "grounder_sft": {"learning_rate": 1e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},

@@ -452,7 +452,6 @@ class LLMCritic:
             self.stats["failures"][kind] += 1
 
 
-
 def verdict_counts(verdicts: Sequence[Verdict]) -> dict[str, int]:
     """The critic stage's record: how many judged, kept as generated (successes), corrected, dropped
     (nothing to train on: a failed call, a spent budget, no gold), and usable = the examples stage 2 gets."""
