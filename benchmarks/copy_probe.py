@@ -27,24 +27,36 @@ def probes(n: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(pick)() for _ in range(rng.randint(3, 7))) for _ in range(n)]
 
 
+def split_at_copy(tokenizer, seq: str) -> tuple[list[int], int]:
+    """The whole drill's ids as the model read them in pretraining, and how many of them come before the copy.
+
+    Tokenized whole, not as two strings: this tokenizer's merges cross spaces (`Copy: ` is one token), so a
+    prompt cut at `Copy:` would end in tokens (`Cop`, `y`, `:`) the model never saw before a copy."""
+    text = f"Copy: {seq}\nCopy: {seq}\n"
+    start = text.index("\n") + len("\nCopy: ")  # the copy's first character
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    n_head = next(i for i, (a, _) in enumerate(encoded.offset_mapping) if a >= start)
+    return encoded.input_ids, n_head
+
+
 @torch.inference_mode()
 def measure(path: str, sequences: list[str]) -> dict:
     """Mean loss per token of each half and the share of exact greedy copies."""
     tokenizer, model = load_tokenizer(path), load_model(path, dtype="float32")
     first = copied = tokens_first = tokens_copied = exact = digits = tokens_digits = 0
     for seq in sequences:
-        head = tokenizer(f"Copy: {seq}\nCopy:", add_special_tokens=False).input_ids
-        tail = tokenizer(f" {seq}\n", add_special_tokens=False).input_ids
-        ids = torch.tensor([head + tail])
+        ids, n_head = split_at_copy(tokenizer, seq)
+        head, tail = ids[:n_head], ids[n_head:]
+        ids = torch.tensor([ids])
         losses = torch.nn.functional.cross_entropy(model(ids).logits[0, :-1], ids[0, 1:], reduction="none")
-        cut = len(head) - 1  # losses[i] predicts token i + 1
+        cut = n_head - 1  # losses[i] predicts token i + 1
         first, tokens_first = first + losses[:cut].sum().item(), tokens_first + cut
         copied, tokens_copied = copied + losses[cut:].sum().item(), tokens_copied + len(tail)
         is_digit = torch.tensor([tokenizer.decode([t]).isdigit() for t in tail])
         digits, tokens_digits = digits + losses[cut:][is_digit].sum().item(), tokens_digits + int(is_digit.sum())
         out = model.generate(ids[:, : len(head)], max_new_tokens=len(tail) + 4, do_sample=False)
-        text = tokenizer.decode(out[0, len(head) :], skip_special_tokens=True)
-        exact += text.split("\n")[0].strip() == seq
+        lines = tokenizer.decode(out[0], skip_special_tokens=True).split("\n")
+        exact += len(lines) > 1 and lines[1] == f"Copy: {seq}"
     return {
         "first": first / tokens_first,
         "copied": copied / tokens_copied,

@@ -112,7 +112,7 @@ def train(
 @app.command()
 def pretrain(
     config: Annotated[
-        str, typer.Argument(help="a pretraining YAML or bundled: coalign-base, coalign-base-2, coalign-base-3, mini")
+        str, typer.Argument(help="a pretraining YAML, or the name of one in coalign/pretraining/configs")
     ],
     run_dir: RunDirOpt = None,
     steps: Annotated[Optional[int], typer.Option(help="optimizer steps this sitting (default: all left)")] = None,

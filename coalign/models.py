@@ -33,7 +33,9 @@ PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, digits: bool = False) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int, digits: bool = False, words: bool = False
+) -> PreTrainedTokenizerFast:
     """Byte-level BPE trained on the given texts, merging across spaces, numbers kept apart.
 
     Byte level means any input (unicode, NUL bytes) encodes. Merges may cross spaces, so
@@ -46,12 +48,17 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, digits: bool = False)
 
     `digits`: every digit its own token, as Llama and Qwen split them, so that no number is ever an unseen
     token: the pretrained base's tokenizer (a from-scratch run sees all its numbers in training anyway).
+
+    `words`: no merge crosses a word boundary (GPT-2's split, as Llama's and Qwen's tokenizers do: a word
+    with the space before it, a run of punctuation), so a word is the same tokens wherever it stands. Across
+    spaces, `wood log` inside a sentence and at the end of a line are different tokens, and an agent that
+    copies a plan step into its action must copy across that difference (`benchmarks/token_identity.py`).
     """
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(r"\d|\n" if digits else r"\d+|\n"), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=words),
         ]
     )
     tok.decoder = decoders.ByteLevel()
@@ -74,10 +81,15 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, digits: bool = False)
 
 
 def make_tiny_model(
-    texts: Iterable[str], out_dir: str | Path, spec: TinySpec = TinySpec(), seed: int = 0, digits: bool = False
+    texts: Iterable[str],
+    out_dir: str | Path,
+    spec: TinySpec = TinySpec(),
+    seed: int = 0,
+    digits: bool = False,
+    words: bool = False,
 ) -> Path:
-    """Train a tokenizer on `texts` (`digits`: see `train_tokenizer`), initialise a small Llama, save both."""
-    tokenizer = train_tokenizer(texts, spec.vocab_size, digits)
+    """Train a tokenizer on `texts` (`digits`, `words`: see `train_tokenizer`), initialise a small Llama, save both."""
+    tokenizer = train_tokenizer(texts, spec.vocab_size, digits, words)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,

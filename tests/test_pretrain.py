@@ -90,6 +90,30 @@ def test_digits_are_single_tokens_in_the_base_tokenizer(mini_run: Path) -> None:
     assert "4067" in scratch.tokenize("4067")  # from-scratch runs keep whole numbers as before
 
 
+def test_split_words_makes_a_copied_word_the_same_tokens_wherever_it_stands() -> None:
+    texts = ["Thought: get 2 wood log for the plank\nAction: get 2 wood log\n"] * 30 + ["the wood log is here"] * 30
+    crossing, split = train_tokenizer(texts, 320, digits=True), train_tokenizer(texts, 320, digits=True, words=True)
+
+    def tokens_of(tokenizer, text: str, start: int, length: int) -> list[str]:
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        pieces = zip(encoded.input_ids, encoded.offset_mapping)
+        return [i for i, (a, b) in pieces if a < start + length and b > start]
+
+    text = texts[0]
+    inside, at_end = text.find("wood log"), text.rfind("wood log")
+    assert tokens_of(split, text, inside, 8) == tokens_of(split, text, at_end, 8)
+    assert tokens_of(crossing, text, inside, 8) != tokens_of(crossing, text, at_end, 8)
+    assert not any(" " in t.replace("Ġ", " ").strip(" ") for t in split.convert_ids_to_tokens(split(text).input_ids))
+    assert split.decode(split(text).input_ids) == text
+
+
+def test_split_words_needs_a_new_tokenizer(tmp_path: Path) -> None:
+    path = tmp_path / "words.yaml"
+    path.write_text("name: x\ninit_from: coalign-base-2\nsplit_words: true\n")
+    with pytest.raises(ConfigError, match="split_words"):
+        load_pretrain_config(path)
+
+
 def test_bad_pretraining_config_names_file_line_and_key(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("name: x\ntrain:\n  seq_len: 64\n  max_step: 3\n")

@@ -76,8 +76,11 @@ def pretrain(config: PretrainConfig, run_dir: str | Path, console: Console, step
                 load_tokenizer(parent).save_pretrained(str(tmp))
                 shutil.copy(parent / "recipe.json", tmp / "parent_recipe.json")
             else:
-                console.print(f"training a {config.model.vocab_size}-token BPE (digits split), initialising the model")
-                make_tiny_model(read_documents(corpus_file), tmp, config.model, seed=config.seed, digits=True)
+                split = "digits and words" if config.split_words else "digits"
+                console.print(f"training a {config.model.vocab_size}-token BPE ({split} split), initialising the model")
+                make_tiny_model(
+                    read_documents(corpus_file), tmp, config.model, config.seed, digits=True, words=config.split_words
+                )
         return {"parameters": parameter_count(load_model(init))}
 
     def tokenize() -> dict:

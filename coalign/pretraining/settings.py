@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from coalign.config import ConfigError, Settings, TinySpec, load_settings
 from coalign.pretraining.corpus import CorpusSettings
@@ -49,9 +49,20 @@ class PretrainConfig(Settings):
     )
     corpus: CorpusSettings = CorpusSettings()
     model: TinySpec = TinySpec()
+    split_words: bool = Field(
+        False,
+        description="a tokenizer whose merges never cross a word boundary (GPT-2's split), so a copied word is "
+        "the same tokens; off for the shipped bases, whose merges cross spaces (shorter sequences)",
+    )
     train: PretrainTraining = PretrainTraining()
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
     leakage: LeakageSettings = LeakageSettings()
+
+    @model_validator(mode="after")
+    def _one_tokenizer(self) -> "PretrainConfig":
+        if self.init_from and self.split_words:
+            raise ValueError("split_words trains a new tokenizer; a run with init_from keeps its parent's")
+        return self
 
 
 BUNDLED = Path(__file__).parent / "configs"
