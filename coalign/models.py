@@ -36,7 +36,7 @@ ADAPTER_CONFIG = "adapter_config.json"
 def train_tokenizer(
     texts: Iterable[str], vocab_size: int, digits: bool = False, words: bool = False
 ) -> PreTrainedTokenizerFast:
-    """Byte-level BPE trained on the given texts, merging across spaces, numbers kept apart.
+    """Byte-level BPE trained on the given texts, merging across spaces (unless `words`), numbers kept apart.
 
     Byte level means any input (unicode, NUL bytes) encodes. Merges may cross spaces, so
     text repeated across the corpus (the tool preamble, "to find how many") becomes a few
