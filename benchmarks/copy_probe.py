@@ -46,7 +46,7 @@ def measure(path: str, sequences: list[str]) -> dict:
     first = copied = tokens_first = tokens_copied = exact = digits = tokens_digits = 0
     for seq in sequences:
         ids, n_head = split_at_copy(tokenizer, seq)
-        head, tail = ids[:n_head], ids[n_head:]
+        tail = ids[n_head:]
         ids = torch.tensor([ids])
         losses = torch.nn.functional.cross_entropy(model(ids).logits[0, :-1], ids[0, 1:], reduction="none")
         cut = n_head - 1  # losses[i] predicts token i + 1
@@ -54,7 +54,7 @@ def measure(path: str, sequences: list[str]) -> dict:
         copied, tokens_copied = copied + losses[cut:].sum().item(), tokens_copied + len(tail)
         is_digit = torch.tensor([tokenizer.decode([t]).isdigit() for t in tail])
         digits, tokens_digits = digits + losses[cut:][is_digit].sum().item(), tokens_digits + int(is_digit.sum())
-        out = model.generate(ids[:, : len(head)], max_new_tokens=len(tail) + 4, do_sample=False)
+        out = model.generate(ids[:, :n_head], max_new_tokens=len(tail) + 4, do_sample=False)
         lines = tokenizer.decode(out[0], skip_special_tokens=True).split("\n")
         exact += len(lines) > 1 and lines[1] == f"Copy: {seq}"
     return {
