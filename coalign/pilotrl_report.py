@@ -103,8 +103,8 @@ def update_table(results: dict, variant: str = "adaplan") -> str:
 
 
 def _run_name(block: dict) -> str:
-    order = block.get("rl_order")
-    return f"{NAMES.get(block['mode'], block['mode'])} + GRPO {order_label(order)}" if order else block["mode"]
+    order, name = block.get("rl_order"), NAMES.get(block["mode"], block["mode"])
+    return f"{name} + GRPO {order_label(order)}" if order else name
 
 
 def run_markdown(metrics: dict) -> str:

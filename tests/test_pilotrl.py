@@ -8,7 +8,7 @@ from rich.console import Console
 from trl import SFTConfig, SFTTrainer
 
 from coalign import envs
-from coalign.config import RunConfig
+from coalign.config import GRPOSettings, RunConfig
 from coalign.errors import RunError
 from coalign.expert import expert_conversation
 from coalign.models import load_model, load_tokenizer
@@ -122,6 +122,25 @@ def test_eval_of_a_given_checkpoint_writes_a_new_folder(tmp_path):
     results = evaluate_checkpoint(cfg, tmp_path, str(tmp_path / "checkpoints" / "sft"), Console(quiet=True))
     assert results["k1"]["envs"]["toy"]["tasks"] == 2
     assert len(list(tmp_path.glob("eval-*/eval_k1/metrics.json"))) == 1
+
+
+def test_an_evaluated_checkpoint_is_labelled_by_the_stages_it_went_through(tmp_path):
+    """`coalign eval --model` of an SFT checkpoint, with a config whose GRPO order is 1->2->3, reports an SFT
+    model, not 'GRPO 1->2->3'; a stage's checkpoint reports the stages up to it."""
+    from coalign.pilotrl_report import run_markdown
+    from coalign.recipes.pilotrl import evaluate_checkpoint, stages_of
+
+    cfg = config(train_tasks=4, eval_tasks=2, sft={**SFT, "epochs": 1})
+    run_pilotrl(cfg, tmp_path, Console(quiet=True))
+    with_rl = cfg.model_copy(update={"pilotrl": cfg.pilotrl.model_copy(update={"rl": GRPOSettings()})})
+    results = evaluate_checkpoint(with_rl, tmp_path, str(tmp_path / "checkpoints" / "sft"), Console(quiet=True))
+    assert results["k1"]["rl_order"] is None
+    assert "SFT (AdaPlan)" in run_markdown(results) and "+ GRPO" not in run_markdown(results)
+    assert stages_of("runs/x/checkpoints/grpo2-planner", with_rl) == ["executor", "planner"]
+    assert stages_of("runs/x/checkpoints/grpo3-joint", with_rl) == ["executor", "planner", "joint"]
+    for other in ("runs/x/checkpoints/grpo2-joint", "grpo4-joint", "grpo0-executor", "my-model", "sft"):
+        assert stages_of(other, with_rl) is None
+    assert stages_of("checkpoints/grpo1-executor", cfg) is None  # a config without GRPO stages
 
 
 def test_longest_turn_counts_the_model_turns_only():

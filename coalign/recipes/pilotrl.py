@@ -10,6 +10,7 @@ every held-in and held-out environment at each plan-update interval.
 from __future__ import annotations
 
 import random
+import re
 import time
 from pathlib import Path
 
@@ -82,13 +83,14 @@ def split_average(per_env: dict[str, dict], names: list[str]) -> dict:
     return {k: sum(per_env[n][k] for n in names) / len(names) for k in keys} if names else {}
 
 
-def eval_metrics(rows: list[dict], settings: PilotRLSettings, every: int) -> dict:
-    """An evaluation's metrics from its episode records: per environment and per split."""
+def eval_metrics(rows: list[dict], settings: PilotRLSettings, every: int, rl_order: list[str] | None) -> dict:
+    """An evaluation's metrics from its episode records: per environment and per split. `rl_order`: the GRPO
+    stages the evaluated model went through (None: an SFT model), for the report's label."""
     names = list(dict.fromkeys(r["env"] for r in rows))
     per_env = {env: summarise([r for r in rows if r["env"] == env]) for env in names}
     return {
         "mode": settings.mode,
-        "rl_order": settings.rl.order if settings.rl else None,
+        "rl_order": rl_order,
         "update_every": every,
         "envs": per_env,
         "heldin_envs": list(settings.heldin),
@@ -100,7 +102,7 @@ def eval_metrics(rows: list[dict], settings: PilotRLSettings, every: int) -> dic
 
 def evaluate(
     run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool,
-    planner: str | None = None, expert_plans: bool = False,
+    rl_order: list[str] | None, planner: str | None = None, expert_plans: bool = False,
 ) -> dict:  # fmt: skip
     """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/.
     With `planner`, a separate model writes the plan blocks and the model at `model_path` the rest; with
@@ -124,11 +126,11 @@ def evaluate(
         )  # fmt: skip
         rows = [e.to_json() for e in episodes]
         write_jsonl(run.path(name, "episodes.jsonl"), rows)
-        write_json(run.path(name, "metrics.json"), eval_metrics(rows, settings, every))
+        write_json(run.path(name, "metrics.json"), eval_metrics(rows, settings, every, rl_order))
 
     run.stage(name, work, [run.path(name)], inputs=[model_path, *([planner] if planner else [])])
     # recomputed from the episodes, so a run evaluated before a measure was added reports it too
-    return eval_metrics([row for _, row in read_jsonl(run.path(name, "episodes.jsonl"))], settings, every)
+    return eval_metrics([row for _, row in read_jsonl(run.path(name, "episodes.jsonl"))], settings, every, rl_order)
 
 
 def run_pilotrl(
@@ -149,7 +151,7 @@ def run_pilotrl(
     model, planner = start or cold_start(run, config, console), None
     if settings.rl:
         model, planner = grpo_stages(run, config, model, console)
-    return evaluate_all(run, config, model, console, planner)
+    return evaluate_all(run, config, model, console, settings.rl.order if settings.rl else None, planner)
 
 
 def cold_start(run: Run, config: RunConfig, console: Console) -> str:
@@ -241,14 +243,19 @@ def longest_turn(tokenizer, conversations: list[list[dict]]) -> int:
     return max((len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in turns), default=0)
 
 
-def evaluate_all(run: Run, config: RunConfig, model_path: str, console: Console, planner: str | None = None) -> dict:
+def evaluate_all(
+    run: Run, config: RunConfig, model_path: str, console: Console, rl_order: list[str] | None,
+    planner: str | None = None,
+) -> dict:  # fmt: skip
     """AdaPlan at each plan-update interval of `eval_update_every` (ReAct once); metrics.json holds them all."""
     settings, trust = config.pilotrl, config.models.trust_remote_code
     everies = settings.eval_update_every if settings.mode == "adaplan" else [1]
-    results = {f"k{k}": evaluate(run, settings, model_path, k, console, trust, planner) for k in everies}
+    results = {f"k{k}": evaluate(run, settings, model_path, k, console, trust, rl_order, planner) for k in everies}
     if settings.eval_expert_plans and settings.mode == "adaplan":
         for k in everies:
-            results[f"expert_k{k}"] = evaluate(run, settings, model_path, k, console, trust, expert_plans=True)
+            results[f"expert_k{k}"] = evaluate(
+                run, settings, model_path, k, console, trust, rl_order, expert_plans=True
+            )
     write_json(run.path("metrics.json"), results)
     return results
 
@@ -264,4 +271,16 @@ def evaluate_checkpoint(
         where = f"{trained}: no such run folder" if not trained.is_dir() else f"{default}: no checkpoint"
         raise RunError(f"{where}; train first (coalign train CONFIG --run-dir {trained}) or give --model")
     root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}" if model else trained
-    return evaluate_all(prepare_run(config, root, console, force), config, model or str(default), console)
+    path = model or str(default)
+    return evaluate_all(prepare_run(config, root, console, force), config, path, console, stages_of(path, config))
+
+
+def stages_of(checkpoint: str, config: RunConfig) -> list[str] | None:
+    """The GRPO stages a checkpoint went through, read from its folder name: `grpo{i}-{stage}` (as
+    `grpo_stages` names them) is the first i stages of `pilotrl.rl.order`; anything else is taken for an SFT
+    model (the label of an evaluation, which must not follow the config's order for an SFT checkpoint)."""
+    found = re.fullmatch(r"grpo(\d+)-(\w+)", Path(checkpoint).name)
+    order = config.pilotrl.rl.order if config.pilotrl.rl else []
+    if found is None or not 0 < int(found[1]) <= len(order) or order[int(found[1]) - 1] != found[2]:
+        return None
+    return order[: int(found[1])]
