@@ -3,14 +3,16 @@
 GRPO's cost is mostly its rollouts (`rollout.py`: `run_episodes` at temperature 1), so this runs the same
 episodes at each batch size: N tasks of each of the six environments, sampled at temperature 1.0.
 
-    .venv/bin/python benchmarks/rollout_throughput.py [--tasks 4] [--batch-sizes 1,16,64] [--threads 1]
+    .venv/bin/python benchmarks/rollout_throughput.py [--tasks 4] [--batch-sizes 1,16,64] [--threads 1] [--cache]
 
 By default the model is made as `coalign train tiny-pilotrl` makes it (the config's tiny spec, a tokenizer
 trained on the recipe's expert episodes) and left untrained: it rarely writes an end of turn, so its turns
 run to `max_new_tokens` and its episodes to the context limit, the rollout budget's worst case.
 `--model PATH` runs a saved checkpoint instead (an SFT one writes turns of realistic length). Prints per
 batch size generated tokens/s, the tokens processed (each turn's prompt, padding left out, plus what it
-generated), episodes/s and wall seconds, then each batch size's tokens/s over batch size 1's.
+generated), episodes/s and wall seconds, then each batch size's tokens/s over batch size 1's. With `--cache`,
+each batch size runs again with `generate`'s default key/value cache (grown by concatenation) in place of the
+runtime's static one (`adaplan.turn_cache`), and the static cache's tokens/s over the default's is printed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -40,6 +43,10 @@ class CountingModel:
     @property
     def device(self) -> torch.device:
         return self.model.device
+
+    @property
+    def config(self):
+        return self.model.config
 
     def generate(self, **kwargs) -> torch.Tensor:
         self.prompt_tokens += int(kwargs["attention_mask"].sum())
@@ -83,6 +90,7 @@ def main() -> None:
     parser.add_argument("--model", help="a saved checkpoint folder instead of a fresh tiny model")
     parser.add_argument("--max-new-tokens", type=int, default=192, help="per turn (tiny-pilotrl's)")
     parser.add_argument("--max-context", type=int, default=1536, help="per episode (tiny-pilotrl's)")
+    parser.add_argument("--cache", action="store_true", help="also run with generate's default (growing) cache")
     args = parser.parse_args()
     sizes = sorted({1, *(int(b) for b in args.batch_sizes.split(","))})
     torch.set_num_threads(args.threads)
@@ -97,6 +105,10 @@ def main() -> None:
         # warm-up, not timed: torch's first calls pay one-off costs
         run_episodes(model, tokenizer, tasks[:1], "adaplan", 1, 8, args.max_context, 1, temperature=1.0, progress=False)
         results = {b: measure(model, tokenizer, tasks, b, args) for b in sizes}
+        growing = {}
+        if args.cache:
+            with mock.patch("coalign.adaplan.turn_cache", lambda model, length: {}):  # generate's default cache
+                growing = {b: measure(model, tokenizer, tasks, b, args) for b in sizes}
     print(f"{'batch':>5} {'gen tok/s':>10} {'generated':>10} {'processed':>10} {'episodes/s':>10} {'wall s':>8}")
     for b, r in results.items():
         print(f"{b:>5} {r['tokens_per_s']:>10.1f} {r['generated']:>10} {r['processed']:>10} "
@@ -106,6 +118,11 @@ def main() -> None:
     for b, r in results.items():
         if b > 1:
             print(f"tokens/s, batch {b} / batch 1: {r['tokens_per_s'] / results[1]['tokens_per_s']:.2f}x")
+    for b, r in growing.items():
+        print(
+            f"batch {b}: default cache {r['tokens_per_s']:.1f} tokens/s ({r['wall']:.1f} s); static cache / "
+            f"default: {results[b]['tokens_per_s'] / r['tokens_per_s']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

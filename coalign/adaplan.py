@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
+from transformers import StaticCache
 
 from coalign import ranks
 from coalign.agents import _NoBar, progress_bar
@@ -176,9 +177,21 @@ def _generate(model, tokenizer, batch: Sequence[list[int]], max_new_tokens: int,
     input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch], device=model.device)
     attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch], device=model.device)
     out = model.generate(
-        input_ids=input_ids, attention_mask=attention, **decoding(tokenizer, max_new_tokens, temperature, top_p)
-    )
+        input_ids=input_ids, attention_mask=attention, **decoding(tokenizer, max_new_tokens, temperature, top_p),
+        **turn_cache(model, width + max_new_tokens),
+    )  # fmt: skip
     return cut_after_eos(out[:, width:].tolist(), tokenizer.eos_token_id)
+
+
+def turn_cache(model, length: int) -> dict:
+    """On the CPU, a key/value cache allocated once for the whole turn (`StaticCache`, sized to this call):
+    the default cache grows by concatenation, copying every key and value at each new token, which on an
+    episode's long contexts takes most of the decoding time (`benchmarks/rollout_throughput.py --cache`).
+    Elsewhere (a GPU, where `generate` would compile for a static cache; a model with no transformers config)
+    the default."""
+    if model.device.type != "cpu" or getattr(model, "config", None) is None:
+        return {}
+    return {"cache": StaticCache(config=model.config, max_cache_len=length)}
 
 
 def _append_generated(tokenizer, episode: Episode, completion: list[int]) -> None:

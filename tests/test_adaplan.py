@@ -165,3 +165,35 @@ def test_an_episode_stops_when_its_context_is_full(tokenizer):
     (episode,) = run_episodes(ScriptedModel(tokenizer, text="Action: wait"), tokenizer, [("toy", 1)], "react",
                               max_context=200, max_new_tokens=20, progress=False)  # fmt: skip
     assert episode.stop == "context" and len(episode.ids) + 20 > 200
+
+
+def test_the_static_turn_cache_generates_what_the_default_cache_does(tmp_path):
+    """`_generate` on the CPU with the runtime's static cache writes, greedily, the same ids as `generate`'s
+    default cache, over a left-padded batch of different lengths (the runtime's case)."""
+    from unittest import mock
+
+    from coalign.adaplan import _generate, turn_cache
+    from coalign.config import TinySpec
+    from coalign.models import load_model, load_tokenizer, make_tiny_model
+
+    spec = TinySpec(**{"vocab_size": 300, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
+            "intermediate_size": 64, "max_positions": 256})  # fmt: skip
+    path = make_tiny_model(["go to the shelf and take the mug 1"] * 20, tmp_path / "m", spec, seed=0)
+    model, tokenizer = load_model(path, dtype="float32"), load_tokenizer(path)
+    rng = random.Random(0)
+    batch = [[rng.randrange(4, len(tokenizer)) for _ in range(n)] for n in (40, 7, 23, 40, 1)]
+    assert type(turn_cache(model, 60)["cache"]).__name__ == "StaticCache"
+    static = _generate(model, tokenizer, batch, 20, 0.0, 1.0)
+    with mock.patch("coalign.adaplan.turn_cache", lambda model, length: {}):
+        default = _generate(model, tokenizer, batch, 20, 0.0, 1.0)
+    assert static == default and all(len(row) > 0 for row in static)
+
+
+def test_the_static_turn_cache_is_for_the_cpu_only():
+    from types import SimpleNamespace
+
+    import torch
+
+    from coalign.adaplan import turn_cache
+
+    assert turn_cache(SimpleNamespace(device=torch.device("cuda", 0)), 100) == {}
