@@ -10,9 +10,10 @@ trained on the recipe's expert episodes) and left untrained: it rarely writes an
 run to `max_new_tokens` and its episodes to the context limit, the rollout budget's worst case.
 `--model PATH` runs a saved checkpoint instead (an SFT one writes turns of realistic length). Prints per
 batch size generated tokens/s, the tokens processed (each turn's prompt, padding left out, plus what it
-generated), episodes/s and wall seconds, then each batch size's tokens/s over batch size 1's. With `--cache`,
-each batch size runs again with `generate`'s default key/value cache (grown by concatenation) in place of the
-runtime's static one (`adaplan.turn_cache`), and the static cache's tokens/s over the default's is printed.
+generated), episodes/s, wall seconds and the model's seconds in prefill and in decoding, then each batch
+size's tokens/s over batch size 1's. With `--cache`, each batch size above 1 runs again with `generate`'s
+default key/value cache (grown by concatenation) in place of the runtime's static one (`adaplan.turn_cache`),
+and the static cache's tokens/s and decoding speed over the default's are printed.
 """
 
 from __future__ import annotations
@@ -53,6 +54,28 @@ class CountingModel:
         return self.model.generate(**kwargs)
 
 
+class ForwardClock:
+    """Seconds the model spends in prefill forwards (a turn's prompt) and in decoding ones (one new token each),
+    from forward hooks: where a rollout's time goes."""
+
+    def __init__(self, model) -> None:
+        self.seconds = {"prefill": 0.0, "decode": 0.0}
+        self._kind, self._started = "prefill", 0.0
+        self._hooks = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
+                       model.register_forward_hook(self._post, with_kwargs=True)]  # fmt: skip
+
+    def _pre(self, module, args, kwargs) -> None:
+        self._kind = "decode" if kwargs["input_ids"].shape[1] == 1 else "prefill"
+        self._started = time.perf_counter()
+
+    def _post(self, module, args, kwargs, output) -> None:
+        self.seconds[self._kind] += time.perf_counter() - self._started
+
+    def close(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+
 def tiny_model(out: Path) -> Path:
     """The tiny-pilotrl config's initial model: its spec, a BPE tokenizer on the recipe's expert episodes."""
     config = load_config("tiny-pilotrl")
@@ -62,7 +85,7 @@ def tiny_model(out: Path) -> Path:
 
 def measure(model, tokenizer, tasks: list[tuple[str, int]], batch_size: int, args: argparse.Namespace) -> dict:
     """One timed `run_episodes` over all tasks at `batch_size` (sampling seeded, so reruns repeat)."""
-    counting = CountingModel(model)
+    counting, clock = CountingModel(model), ForwardClock(model)
     torch.manual_seed(0)
     started = time.perf_counter()
     episodes = run_episodes(
@@ -70,6 +93,7 @@ def measure(model, tokenizer, tasks: list[tuple[str, int]], batch_size: int, arg
         temperature=1.0, progress=False,
     )  # fmt: skip
     wall = time.perf_counter() - started
+    clock.close()
     generated = sum(e.generated_tokens for e in episodes)
     return {
         "wall": wall,
@@ -77,6 +101,7 @@ def measure(model, tokenizer, tasks: list[tuple[str, int]], batch_size: int, arg
         "processed": counting.prompt_tokens + generated,
         "tokens_per_s": generated / wall,
         "episodes_per_s": len(episodes) / wall,
+        **clock.seconds,
     }
 
 
@@ -107,12 +132,13 @@ def main() -> None:
         results = {b: measure(model, tokenizer, tasks, b, args) for b in sizes}
         growing = {}
         if args.cache:
-            with mock.patch("coalign.adaplan.turn_cache", lambda model, length: {}):  # generate's default cache
-                growing = {b: measure(model, tokenizer, tasks, b, args) for b in sizes}
-    print(f"{'batch':>5} {'gen tok/s':>10} {'generated':>10} {'processed':>10} {'episodes/s':>10} {'wall s':>8}")
+            with mock.patch("coalign.adaplan.turn_cache", lambda model, rows, length: {}):  # generate's default cache
+                growing = {b: measure(model, tokenizer, tasks, b, args) for b in sizes if b > 1}
+    print(f"{'batch':>5} {'gen tok/s':>10} {'generated':>10} {'processed':>10} {'episodes/s':>10} {'wall s':>8} "
+          f"{'prefill s':>9} {'decode s':>8}")  # fmt: skip
     for b, r in results.items():
         print(f"{b:>5} {r['tokens_per_s']:>10.1f} {r['generated']:>10} {r['processed']:>10} "
-              f"{r['episodes_per_s']:>10.3f} {r['wall']:>8.1f}")  # fmt: skip
+              f"{r['episodes_per_s']:>10.3f} {r['wall']:>8.1f} {r['prefill']:>9.1f} {r['decode']:>8.1f}")  # fmt: skip
     if sizes[-1] > len(tasks):
         print(f"(a batch size above {len(tasks)} runs all {len(tasks)} episodes' turns in one batch)")
     for b, r in results.items():
@@ -120,8 +146,9 @@ def main() -> None:
             print(f"tokens/s, batch {b} / batch 1: {r['tokens_per_s'] / results[1]['tokens_per_s']:.2f}x")
     for b, r in growing.items():
         print(
-            f"batch {b}: default cache {r['tokens_per_s']:.1f} tokens/s ({r['wall']:.1f} s); static cache / "
-            f"default: {results[b]['tokens_per_s'] / r['tokens_per_s']:.2f}x"
+            f"batch {b}: default cache {r['tokens_per_s']:.1f} tokens/s ({r['wall']:.1f} s, decoding "
+            f"{r['decode']:.1f} s); static cache / default: {results[b]['tokens_per_s'] / r['tokens_per_s']:.2f}x "
+            f"tokens/s, {r['decode'] / results[b]['decode']:.2f}x faster decoding"
         )
 
 

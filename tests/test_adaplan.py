@@ -182,18 +182,18 @@ def test_the_static_turn_cache_generates_what_the_default_cache_does(tmp_path):
     model, tokenizer = load_model(path, dtype="float32"), load_tokenizer(path)
     rng = random.Random(0)
     batch = [[rng.randrange(4, len(tokenizer)) for _ in range(n)] for n in (40, 7, 23, 40, 1)]
-    assert type(turn_cache(model, 60)["cache"]).__name__ == "StaticCache"
+    assert type(turn_cache(model, 5, 60)["cache"]).__name__ == "StaticCache" and turn_cache(model, 1, 60) == {}
     static = _generate(model, tokenizer, batch, 20, 0.0, 1.0)
-    with mock.patch("coalign.adaplan.turn_cache", lambda model, length: {}):
+    with mock.patch("coalign.adaplan.turn_cache", lambda model, rows, length: {}):
         default = _generate(model, tokenizer, batch, 20, 0.0, 1.0)
     assert static == default and all(len(row) > 0 for row in static)
 
 
-def test_the_static_turn_cache_is_for_the_cpu_only():
+def test_the_static_turn_cache_is_for_batches_on_the_cpu_only():
     from types import SimpleNamespace
 
     import torch
 
     from coalign.adaplan import turn_cache
 
-    assert turn_cache(SimpleNamespace(device=torch.device("cuda", 0)), 100) == {}
+    assert turn_cache(SimpleNamespace(device=torch.device("cuda", 0)), 8, 100) == {}
