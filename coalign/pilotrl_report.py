@@ -69,8 +69,9 @@ def paired_table(results: dict, variant: str = "adaplan", baseline: str = "react
             b = results["runs"].get(baseline, {}).get(seed, {}).get("k1", {}).get(split)
             if a and b and measure in a and measure in b:
                 diffs.append(a[measure] - b[measure])
-        t = mean(diffs) / (stdev(diffs) / len(diffs) ** 0.5) if len(diffs) > 1 and stdev(diffs) > 0 else float("nan")
-        rows.append([split, " / ".join(f"{d:+.1f}" for d in diffs) or "-", _fmt(diffs), f"{t:.2f}"])
+        # no t from one seed, or from differences that are all equal
+        t = f"{mean(diffs) / (stdev(diffs) / len(diffs) ** 0.5):.2f}" if len(diffs) > 1 and stdev(diffs) > 0 else "-"
+        rows.append([split, " / ".join(f"{d:+.1f}" for d in diffs) or "-", _fmt(diffs), t])
     title = f"{measure}: {NAMES.get(variant, variant)} − {NAMES.get(baseline, baseline)} (points)"
     return _table([title, "per seed", "mean ± std", "t"], rows)
 

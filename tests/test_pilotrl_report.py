@@ -35,7 +35,9 @@ def test_success_table_gives_mean_and_std_over_seeds():
 def test_paired_differences_and_t():
     table = paired_table(RESULTS)
     assert "| heldin | +10.0 / +14.0 | 12.0 ± 2.8 | 6.00 |" in table
-    assert "| heldin | - | - | nan |" in paired_table(RESULTS, measure="well_formed")  # runs without the measure
+    assert "| heldin | - | - | - |" in paired_table(RESULTS, measure="well_formed")  # runs without the measure
+    one_seed = {**RESULTS, "seeds": RESULTS["seeds"][:1]}
+    assert "| heldin | +10.0 | 10.0 | - |" in paired_table(one_seed)  # no t from one seed
 
 
 def test_update_table_lists_every_interval():
