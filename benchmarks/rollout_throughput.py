@@ -9,11 +9,13 @@ By default the model is made as `coalign train tiny-pilotrl` makes it (the confi
 trained on the recipe's expert episodes) and left untrained: it rarely writes an end of turn, so its turns
 run to `max_new_tokens` and its episodes to the context limit, the rollout budget's worst case.
 `--model PATH` runs a saved checkpoint instead (an SFT one writes turns of realistic length). Prints per
-batch size generated tokens/s, the tokens processed (each turn's prompt, padding left out, plus what it
-generated), episodes/s, wall seconds and the model's seconds in prefill and in decoding, then each batch
-size's tokens/s over batch size 1's. With `--cache`, each batch size above 1 runs again with `generate`'s
-default key/value cache (grown by concatenation) in place of the runtime's static one (`adaplan.turn_cache`),
-and the static cache's tokens/s and decoding speed over the default's are printed.
+batch size generated tokens/s, the tokens processed (what went through prefill forwards, padding left out,
+plus what was generated), episodes/s, wall seconds and the model's seconds in prefill and in decoding, then
+each batch size's tokens/s over batch size 1's. The runtime keeps each episode's key/value cache across
+turns (`turn_writers.PrefixCachedWriter`); with `--reread`, each batch size runs again re-reading every
+turn's whole context (`hf_turns(keep_cache=False)`), and the kept cache's speed over that is printed. With
+`--cache` (which implies `--reread`), each batch size above 1 of the re-read runs also runs with `generate`'s
+default key/value cache (grown by concatenation) in place of the static one (`turn_writers.turn_cache`).
 """
 
 from __future__ import annotations
@@ -33,39 +35,26 @@ from coalign.envs import REGISTRY
 from coalign.formats import lumos_chat
 from coalign.models import load_model, load_tokenizer, make_tiny_model
 from coalign.recipes.pilotrl import training_episodes
-
-
-class CountingModel:
-    """The model as `run_episodes` uses it, counting the prompt tokens each `generate` call reads."""
-
-    def __init__(self, model) -> None:
-        self.model, self.prompt_tokens = model, 0
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.device
-
-    @property
-    def config(self):
-        return self.model.config
-
-    def generate(self, **kwargs) -> torch.Tensor:
-        self.prompt_tokens += int(kwargs["attention_mask"].sum())
-        return self.model.generate(**kwargs)
+from coalign.turn_writers import hf_turns
 
 
 class ForwardClock:
-    """Seconds the model spends in prefill forwards (a turn's prompt) and in decoding ones (one new token each),
-    from forward hooks: where a rollout's time goes."""
+    """Seconds the model spends in prefill forwards (a turn's prompt, or what a kept cache lacks of it) and in
+    decoding ones (one new token each), and the tokens prefilled (padding left out), from forward hooks: where
+    a rollout's time goes."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, pad_id: int) -> None:
         self.seconds = {"prefill": 0.0, "decode": 0.0}
+        self.prefilled, self._pad = 0, pad_id
         self._kind, self._started = "prefill", 0.0
         self._hooks = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
                        model.register_forward_hook(self._post, with_kwargs=True)]  # fmt: skip
 
     def _pre(self, module, args, kwargs) -> None:
-        self._kind = "decode" if kwargs["input_ids"].shape[1] == 1 else "prefill"
+        ids = kwargs["input_ids"]
+        self._kind = "decode" if ids.shape[1] == 1 else "prefill"
+        if self._kind == "prefill":
+            self.prefilled += int((ids != self._pad).sum())
         self._started = time.perf_counter()
 
     def _post(self, module, args, kwargs, output) -> None:
@@ -83,14 +72,16 @@ def tiny_model(out: Path) -> Path:
     return make_tiny_model(texts, out, config.models.tiny, seed=config.seed)
 
 
-def measure(model, tokenizer, tasks: list[tuple[str, int]], batch_size: int, args: argparse.Namespace) -> dict:
+def measure(
+    model, tokenizer, tasks: list[tuple[str, int]], batch_size: int, args: argparse.Namespace, keep_cache: bool = True
+) -> dict:
     """One timed `run_episodes` over all tasks at `batch_size` (sampling seeded, so reruns repeat)."""
-    counting, clock = CountingModel(model), ForwardClock(model)
+    clock = ForwardClock(model, tokenizer.pad_token_id)
     torch.manual_seed(0)
     started = time.perf_counter()
     episodes = run_episodes(
-        counting, tokenizer, tasks, "adaplan", 1, args.max_new_tokens, args.max_context, batch_size,
-        temperature=1.0, progress=False,
+        model, tokenizer, tasks, "adaplan", 1, args.max_new_tokens, args.max_context, batch_size,
+        temperature=1.0, progress=False, writer=hf_turns(model, tokenizer, keep_cache),
     )  # fmt: skip
     wall = time.perf_counter() - started
     clock.close()
@@ -98,7 +89,7 @@ def measure(model, tokenizer, tasks: list[tuple[str, int]], batch_size: int, arg
     return {
         "wall": wall,
         "generated": generated,
-        "processed": counting.prompt_tokens + generated,
+        "processed": clock.prefilled + generated,
         "tokens_per_s": generated / wall,
         "episodes_per_s": len(episodes) / wall,
         **clock.seconds,
@@ -115,7 +106,9 @@ def main() -> None:
     parser.add_argument("--model", help="a saved checkpoint folder instead of a fresh tiny model")
     parser.add_argument("--max-new-tokens", type=int, default=192, help="per turn (tiny-pilotrl's)")
     parser.add_argument("--max-context", type=int, default=1536, help="per episode (tiny-pilotrl's)")
-    parser.add_argument("--cache", action="store_true", help="also run with generate's default (growing) cache")
+    parser.add_argument("--reread", action="store_true", help="also run re-reading each turn's whole context")
+    parser.add_argument("--cache", action="store_true",
+                        help="also re-read with generate's default (growing) cache; implies --reread")  # fmt: skip
     args = parser.parse_args()
     sizes = sorted({1, *(int(b) for b in args.batch_sizes.split(","))})
     torch.set_num_threads(args.threads)
@@ -130,13 +123,16 @@ def main() -> None:
         # warm-up, not timed: torch's first calls pay one-off costs
         run_episodes(model, tokenizer, tasks[:1], "adaplan", 1, 8, args.max_context, 1, temperature=1.0, progress=False)
         results = {b: measure(model, tokenizer, tasks, b, args) for b in sizes}
-        growing = {}
+        reread, growing = {}, {}
+        if args.reread or args.cache:
+            reread = {b: measure(model, tokenizer, tasks, b, args, keep_cache=False) for b in sizes}
         if args.cache:
-            with mock.patch("coalign.adaplan.turn_cache", lambda model, rows, length: {}):  # generate's default cache
-                growing = {b: measure(model, tokenizer, tasks, b, args) for b in sizes if b > 1}
+            with mock.patch("coalign.turn_writers.turn_cache", lambda model, rows, length: {}):  # generate's default
+                growing = {b: measure(model, tokenizer, tasks, b, args, keep_cache=False) for b in sizes if b > 1}
     print(f"{'batch':>5} {'gen tok/s':>10} {'generated':>10} {'processed':>10} {'episodes/s':>10} {'wall s':>8} "
           f"{'prefill s':>9} {'decode s':>8}")  # fmt: skip
-    for b, r in results.items():
+    rows = [(f"{b}", r) for b, r in results.items()] + [(f"{b} re", r) for b, r in reread.items()]
+    for b, r in rows:
         print(f"{b:>5} {r['tokens_per_s']:>10.1f} {r['generated']:>10} {r['processed']:>10} "
               f"{r['episodes_per_s']:>10.3f} {r['wall']:>8.1f} {r['prefill']:>9.1f} {r['decode']:>8.1f}")  # fmt: skip
     if sizes[-1] > len(tasks):
@@ -144,11 +140,14 @@ def main() -> None:
     for b, r in results.items():
         if b > 1:
             print(f"tokens/s, batch {b} / batch 1: {r['tokens_per_s'] / results[1]['tokens_per_s']:.2f}x")
+    for b, r in reread.items():
+        print(f"batch {b}: kept cache / re-read ({b} re): {results[b]['tokens_per_s'] / r['tokens_per_s']:.2f}x "
+              f"tokens/s, prefill {r['prefill']:.1f} s -> {results[b]['prefill']:.1f} s")  # fmt: skip
     for b, r in growing.items():
         print(
-            f"batch {b}: default cache {r['tokens_per_s']:.1f} tokens/s ({r['wall']:.1f} s, decoding "
-            f"{r['decode']:.1f} s); static cache / default: {results[b]['tokens_per_s'] / r['tokens_per_s']:.2f}x "
-            f"tokens/s, {r['decode'] / results[b]['decode']:.2f}x faster decoding"
+            f"batch {b}, re-read: default cache {r['tokens_per_s']:.1f} tokens/s ({r['wall']:.1f} s, decoding "
+            f"{r['decode']:.1f} s); static cache / default: {reread[b]['tokens_per_s'] / r['tokens_per_s']:.2f}x "
+            f"tokens/s, {r['decode'] / reread[b]['decode']:.2f}x faster decoding"
         )
 
 

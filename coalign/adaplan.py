@@ -17,12 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-import torch
-from transformers import StaticCache
-
 from coalign import ranks
 from coalign.agents import _NoBar, progress_bar
-from coalign.backends import decoding
 from coalign.envs import TextEnv, make_env
 from coalign.formats_adaplan import (
     PLAN_CLOSE,
@@ -35,6 +31,7 @@ from coalign.formats_adaplan import (
     update_plan,
 )
 from coalign.token_turns import encode_segment, segments
+from coalign.turn_writers import TurnWriter, generate_turns, hf_turns
 
 
 @dataclass
@@ -144,56 +141,14 @@ def model_planner(planner, max_new_tokens: int, temperature: float = 0.0, top_p:
         due = [i for i, e in enumerate(episodes) if plan_due(e.mode, e.env.steps_taken, every)]
         texts = [""] * len(episodes)
         if due:
-            turns = _generate(planner, tokenizer, [episodes[i].ids for i in due], max_new_tokens, temperature, top_p)
+            contexts = [episodes[i].ids for i in due]
+            turns = generate_turns(planner, tokenizer, contexts, max_new_tokens, temperature, top_p)
             for i, turn in zip(due, turns, strict=True):
                 text = tokenizer.decode(turn[: plan_tokens(tokenizer, turn)], skip_special_tokens=True)
                 texts[i] = text if not text or text.endswith("\n") else text + "\n"
         return texts
 
     return guide
-
-
-# A turn writer: completion ids for each context of a batch. `hf_turns` (the model's `generate`) by default;
-# GRPO rollouts on a GPU pass vLLM's (`rollout.vllm_turns`). Same episodes, same ids, either way.
-TurnWriter = Callable[[Sequence[list[int]], int, float, float], list[list[int]]]
-
-
-def hf_turns(model, tokenizer) -> TurnWriter:
-    return lambda batch, max_new_tokens, temperature, top_p: _generate(
-        model, tokenizer, batch, max_new_tokens, temperature, top_p
-    )
-
-
-def cut_after_eos(rows: Sequence[Sequence[int]], eos_id: int) -> list[list[int]]:
-    """Each completion through its first end-of-sequence token."""
-    return [list(row[: row.index(eos_id) + 1]) if eos_id in row else list(row) for row in map(list, rows)]
-
-
-@torch.inference_mode()
-def _generate(model, tokenizer, batch: Sequence[list[int]], max_new_tokens: int, temperature: float, top_p: float):
-    """Completion ids of each prompt (left-padded batch), cut after the first end-of-sequence token."""
-    width = max(map(len, batch))
-    pad = tokenizer.pad_token_id
-    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch], device=model.device)
-    attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch], device=model.device)
-    out = model.generate(
-        input_ids=input_ids, attention_mask=attention, **decoding(tokenizer, max_new_tokens, temperature, top_p),
-        **turn_cache(model, len(batch), width + max_new_tokens),
-    )  # fmt: skip
-    return cut_after_eos(out[:, width:].tolist(), tokenizer.eos_token_id)
-
-
-def turn_cache(model, rows: int, length: int) -> dict:
-    """On the CPU, for a batch of several contexts, a key/value cache allocated once for the whole turn
-    (`StaticCache`, sized to this call): the default cache grows by concatenation, copying every key and value
-    at each new token, which on an episode's long contexts takes much of the decoding time. Measured by
-    `benchmarks/rollout_throughput.py --cache`: decoding 1.4x faster on six episodes batched, but slower one
-    episode at a time (attention then spans the whole allocated length), so a single context keeps the
-    default. Elsewhere too (a GPU, where `generate` would compile for a static cache; a model with no
-    transformers config) the default."""
-    if rows < 2 or model.device.type != "cpu" or getattr(model, "config", None) is None:
-        return {}
-    return {"cache": StaticCache(config=model.config, max_cache_len=length)}
 
 
 def _append_generated(tokenizer, episode: Episode, completion: list[int]) -> None:
@@ -326,7 +281,7 @@ def compose_turns(
         written = turns[i].written[: plan_tokens(tokenizer, turns[i].written)] if due else []
         turns[i] = replace(turns[i], written=written)
     contexts = [contexts[i] + turns[i].written for i in live]
-    rests = _generate(executor, tokenizer, contexts, max_new_tokens, temperature, top_p) if live else []
+    rests = generate_turns(executor, tokenizer, contexts, max_new_tokens, temperature, top_p) if live else []
     for i, rest in zip(live, rests, strict=True):
         turns[i] = replace(turns[i], rest=rest)
     return turns

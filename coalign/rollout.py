@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from coalign import ranks
-from coalign.adaplan import Episode, TurnWriter, cut_after_eos, expert_guide, run_episodes
+from coalign.adaplan import Episode, expert_guide, run_episodes
 from coalign.envs import make_env
 from coalign.errors import RunError
 from coalign.formats_adaplan import first_message
+from coalign.turn_writers import TurnWriter, cut_after_eos
 
 TRAINS = ("all", "plan", "action")  # which generated tokens a stage trains
 

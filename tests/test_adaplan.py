@@ -167,26 +167,77 @@ def test_an_episode_stops_when_its_context_is_full(tokenizer):
     assert episode.stop == "context" and len(episode.ids) + 20 > 200
 
 
-def test_the_static_turn_cache_generates_what_the_default_cache_does(tmp_path):
-    """`_generate` on the CPU with the runtime's static cache writes, greedily, the same ids as `generate`'s
-    default cache, over a left-padded batch of different lengths (the runtime's case)."""
-    from unittest import mock
-
-    from coalign.adaplan import _generate, turn_cache
+def _tiny_model(tmp_path):
     from coalign.config import TinySpec
     from coalign.models import load_model, load_tokenizer, make_tiny_model
 
     spec = TinySpec(**{"vocab_size": 300, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
-            "intermediate_size": 64, "max_positions": 256})  # fmt: skip
-    path = make_tiny_model(["go to the shelf and take the mug 1"] * 20, tmp_path / "m", spec, seed=0)
-    model, tokenizer = load_model(path, dtype="float32"), load_tokenizer(path)
+            "intermediate_size": 64, "max_positions": 512})  # fmt: skip
+    texts = ["Thought: go to the shelf and take the mug 1\nAction: take mug 1 from shelf 1"] * 20
+    path = make_tiny_model(texts, tmp_path / "m", spec, seed=0)
+    return load_model(path, dtype="float32"), load_tokenizer(path)
+
+
+def test_the_static_turn_cache_generates_what_the_default_cache_does(tmp_path):
+    """`generate_turns` on the CPU with the runtime's static cache writes, greedily, the same ids as
+    `generate`'s default cache, over a left-padded batch of different lengths (the runtime's case)."""
+    from unittest import mock
+
+    from coalign.turn_writers import generate_turns, turn_cache
+
+    model, tokenizer = _tiny_model(tmp_path)
     rng = random.Random(0)
     batch = [[rng.randrange(4, len(tokenizer)) for _ in range(n)] for n in (40, 7, 23, 40, 1)]
     assert type(turn_cache(model, 5, 60)["cache"]).__name__ == "StaticCache" and turn_cache(model, 1, 60) == {}
-    static = _generate(model, tokenizer, batch, 20, 0.0, 1.0)
-    with mock.patch("coalign.adaplan.turn_cache", lambda model, rows, length: {}):
-        default = _generate(model, tokenizer, batch, 20, 0.0, 1.0)
+    static = generate_turns(model, tokenizer, batch, 20, 0.0, 1.0)
+    with mock.patch("coalign.turn_writers.turn_cache", lambda model, rows, length: {}):
+        default = generate_turns(model, tokenizer, batch, 20, 0.0, 1.0)
     assert static == default and all(len(row) > 0 for row in static)
+
+
+@pytest.mark.parametrize("max_bytes", [2 << 30, 1])
+def test_a_kept_cache_writes_the_episodes_that_rereading_does(tmp_path, max_bytes):
+    """Episodes run with each one's key/value cache kept across turns are, greedily, the episodes run by
+    re-reading every context, batched or not, with every cache kept or (max_bytes 1) all but one dropped; the
+    kept caches spare most of the context from prefill."""
+    from coalign.turn_writers import PrefixCachedWriter, hf_turns
+
+    model, tokenizer = _tiny_model(tmp_path)
+    tasks = [("toy", seed) for seed in range(3)]  # three targets: no two episodes alike
+
+    def episodes(writer, batch_size):
+        runs = run_episodes(model, tokenizer, tasks, "adaplan", max_new_tokens=24, max_context=400,
+                            batch_size=batch_size, progress=False, writer=writer)  # fmt: skip
+        return [(e.ids, e.mask, e.stop) for e in runs]
+
+    reread = episodes(hf_turns(model, tokenizer, keep_cache=False), 3)
+    assert all(len(ids) > 100 for ids, _, _ in reread)  # several turns each
+    for batch_size in (3, 2, 1):
+        kept = PrefixCachedWriter(model, tokenizer, max_bytes=max_bytes)
+        contexts = []
+
+        def writer(batch, *args):
+            contexts.extend(batch)
+            return kept(batch, *args)
+
+        assert episodes(writer, batch_size) == reread
+        assert kept.reused + kept.prefilled == sum(len(c) - 1 for c in contexts)  # all but the last token
+        assert len(kept.entries) <= (1 if max_bytes == 1 else len(tasks))
+        if max_bytes > 1:  # no context token is read twice
+            assert kept.prefilled <= sum(len(ids) for ids, _, _ in reread) and kept.reused > 0
+    assert isinstance(hf_turns(model, tokenizer), PrefixCachedWriter)
+
+
+def test_only_models_with_full_attention_caches_keep_them():
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig, MistralConfig
+
+    from coalign.turn_writers import supports
+
+    assert supports(SimpleNamespace(config=LlamaConfig(num_hidden_layers=2)))
+    assert not supports(SimpleNamespace(config=MistralConfig(num_hidden_layers=2, sliding_window=16)))
+    assert not supports(SimpleNamespace())  # a scripted model, no transformers config
 
 
 def test_the_static_turn_cache_is_for_batches_on_the_cpu_only():
@@ -194,6 +245,6 @@ def test_the_static_turn_cache_is_for_batches_on_the_cpu_only():
 
     import torch
 
-    from coalign.adaplan import turn_cache
+    from coalign.turn_writers import turn_cache
 
     assert turn_cache(SimpleNamespace(device=torch.device("cuda", 0)), 8, 100) == {}
