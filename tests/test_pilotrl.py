@@ -143,6 +143,28 @@ def test_an_evaluated_checkpoint_is_labelled_by_the_stages_it_went_through(tmp_p
     assert stages_of("checkpoints/grpo1-executor", cfg) is None  # a config without GRPO stages
 
 
+def test_eval_of_a_run_evaluates_what_it_trained_last(tmp_path):
+    """`coalign eval` without --model evaluates the run's last GRPO stage (labelled with the run's order), not
+    its SFT checkpoint, and says which checkpoint is missing when training has not reached it."""
+    import shutil
+
+    from coalign.recipes.pilotrl import evaluate_checkpoint, final_models
+
+    cfg = config(train_tasks=4, eval_tasks=2, sft={**SFT, "epochs": 1})
+    run_pilotrl(cfg, tmp_path, Console(quiet=True))
+    assert final_models(tmp_path, cfg) == (tmp_path / "checkpoints" / "sft", None)
+    with_rl = cfg.model_copy(update={"pilotrl": cfg.pilotrl.model_copy(update={"rl": GRPOSettings()})})
+    with pytest.raises(RunError, match="grpo3-joint: no checkpoint"):
+        evaluate_checkpoint(with_rl, tmp_path, None, Console(quiet=True))
+    shutil.copytree(tmp_path / "checkpoints" / "sft", tmp_path / "checkpoints" / "grpo3-joint")  # a stand-in
+    results = evaluate_checkpoint(with_rl, tmp_path, None, Console(quiet=True), force=True)
+    assert results["k1"]["rl_order"] == ["executor", "planner", "joint"]
+    isolated = GRPOSettings(order=["executor", "planner_isolated"])
+    iso = cfg.model_copy(update={"pilotrl": cfg.pilotrl.model_copy(update={"rl": isolated})})
+    checkpoints = tmp_path / "checkpoints"
+    assert final_models(tmp_path, iso) == (checkpoints / "grpo1-executor", checkpoints / "grpo2-planner_isolated")
+
+
 def test_longest_turn_counts_the_model_turns_only():
     from coalign.models import train_tokenizer
     from coalign.recipes.pilotrl import longest_turn

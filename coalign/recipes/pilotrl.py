@@ -206,7 +206,7 @@ def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tup
     rows = prompt_rows([(name, seed) for name in settings.heldin for seed in seeds], settings.mode)
     model, planner = cold, None
     for i, name in enumerate(rl.order, 1):
-        stage, out = STAGES[name], run.path("checkpoints", f"grpo{i}-{name}")
+        stage, out = STAGES[name], run.path("checkpoints", stage_folder(i, name))
         init, executor = (cold, model) if stage.separate else (model, None)
         spec = RolloutSpec(
             stage.mode, rl.update_every, stage.guided, stage.train,
@@ -263,16 +263,40 @@ def evaluate_all(
 def evaluate_checkpoint(
     config: RunConfig, run_dir: str | Path, model: str | None, console: Console, force: bool = False
 ) -> dict:
-    """`coalign eval` of a pilotrl config: the run's SFT checkpoint, or `model` (then into a new eval-<time>/
-    folder inside the run folder, so the run's own evaluation is kept)."""
+    """`coalign eval` of a pilotrl config: what the run trained (its last GRPO stage's checkpoint, with an
+    isolated planner's; its SFT one without GRPO stages), evaluated again into the run folder as training
+    did; or `model`, into a new eval-<time>/ folder inside the run folder, so the run's own evaluation is
+    kept."""
     trained = Path(run_dir)
-    default = trained / "checkpoints" / "sft"
-    if model is None and not default.is_dir():
-        where = f"{trained}: no such run folder" if not trained.is_dir() else f"{default}: no checkpoint"
-        raise RunError(f"{where}; train first (coalign train CONFIG --run-dir {trained}) or give --model")
-    root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}" if model else trained
-    path = model or str(default)
-    return evaluate_all(prepare_run(config, root, console, force), config, path, console, stages_of(path, config))
+    if model is not None:
+        root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
+        return evaluate_all(prepare_run(config, root, console, force), config, model, console, stages_of(model, config))
+    final, planner = final_models(trained, config)
+    for path in (final, planner):
+        if path is not None and not path.is_dir():
+            where = f"{trained}: no such run folder" if not trained.is_dir() else f"{path}: no checkpoint"
+            raise RunError(f"{where}; train first (coalign train CONFIG --run-dir {trained}) or give --model")
+    order = config.pilotrl.rl.order if config.pilotrl.rl else None
+    run = prepare_run(config, trained, console, force)
+    return evaluate_all(run, config, str(final), console, order, str(planner) if planner else None)
+
+
+def stage_folder(index: int, name: str) -> str:
+    """The checkpoint folder of the `index`-th GRPO stage (from 1), inside the run's checkpoints/."""
+    return f"grpo{index}-{name}"
+
+
+def final_models(run_dir: Path, config: RunConfig) -> tuple[Path, Path | None]:
+    """Where a run's training leaves its model (the last stage's checkpoint that is not an isolated planner,
+    the SFT one without GRPO stages) and its isolated planner (None without a separate stage)."""
+    model, planner = run_dir / "checkpoints" / "sft", None
+    for i, name in enumerate(config.pilotrl.rl.order if config.pilotrl.rl else [], 1):
+        out = run_dir / "checkpoints" / stage_folder(i, name)
+        if STAGES[name].separate:
+            planner = out
+        else:
+            model = out
+    return model, planner
 
 
 def stages_of(checkpoint: str, config: RunConfig) -> list[str] | None:
