@@ -216,7 +216,7 @@ def test_a_kept_cache_writes_the_episodes_that_rereading_does(tmp_path, max_byte
         kept = PrefixCachedWriter(model, tokenizer, max_bytes=max_bytes)
         contexts = []
 
-        def writer(batch, *args):
+        def writer(batch, *args, kept=kept, contexts=contexts):
             contexts.extend(batch)
             return kept(batch, *args)
 
