@@ -143,11 +143,15 @@ def expert_conversation(
 
     AdaPlan: the selected plan first; after each `every` steps the remaining steps of the expert's plan
     from the state reached (steps done stay as they were, Eq. 1). The thought is the plan step being
-    carried out, and the action the one it names (the expert's own where it names none). ReAct: the
-    same thoughts and actions, no plan."""
+    carried out, and the action the one it names (the expert's own where it names none); for an expert that
+    plans on a hypothesis (`expert_revises`), where an observation has refuted it since the plan's last
+    update, the expert's current step instead. ReAct: the same thoughts and actions, no plan."""
     env = make_env(name)
     observation = env.reset(seed)
-    candidates = candidate_plans(env.expert_plan(), random.Random(seed)) + (llm(env, observation) if llm else [])
+    # a hypothesis plan (`expert_revises`) fails as written whenever the hypothesis does, so the rule judge
+    # cannot rank noisy variants of it (a shorter broken one would win): the expert's own plan stands
+    own = [env.expert_plan()] if env.expert_revises else candidate_plans(env.expert_plan(), random.Random(seed))
+    candidates = own + (llm(env, observation) if llm else [])
     plan = select_plan(env, candidates)
     messages = [{"role": "user", "content": first_message(env.instructions, observation, mode)}]
     while not env.done:
@@ -156,6 +160,8 @@ def expert_conversation(
         if due and t:
             plan = [*plan[:t], *env.expert_plan()]
         thought = plan[t] if t < len(plan) else env.expert_plan()[0]
+        if env.expert_revises and env.plan_action(thought) not in (None, env.expert_action()):
+            thought = env.expert_plan()[0]  # a hypothesis refuted since the plan's last update
         named = env.plan_action(thought)
         action = named if named is not None else env.expert_action()
         future = plan[t:] if due else None

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from coalign.envs import make_env
-from coalign.envs.household import TASK_TYPES, HouseholdEnv
+from coalign.envs.household import TASK_TYPES, HouseholdEnv, kind
 from tests.test_envs import HOSTILE, NEAR_MISSES, expert_runs, run_expert
 
 
@@ -126,3 +126,35 @@ def test_goal_states_and_lamp() -> None:
     assert env.expert_plan()[-1] == "go to sidetable 1 where the desklamp is"
     run_expert(env)
     assert env.success
+
+
+def test_the_searching_expert_plans_on_what_it_has_seen_and_revises_on_observations() -> None:
+    """`household_search`: moving the object between receptacles not yet seen changes nothing in the expert's
+    plan (it cannot know), and its AdaPlan episodes revise the plan after an observation, where the
+    omniscient household expert's never do."""
+    from coalign.envs.household import SearchingHouseholdEnv
+    from coalign.expert import expert_conversation
+    from coalign.formats_adaplan import parse_turn
+
+    for seed in range(60):
+        env = SearchingHouseholdEnv()
+        env.reset(seed)
+        plan = env.expert_plan()
+        obj = next(o for o in env.where if kind(o) == env.target)
+        elsewhere = [r for r in env.receptacles if r != env.where[obj] and kind(r) != env.place]
+        moved = copy.deepcopy(env)
+        moved.where[obj] = elsewhere[seed % len(elsewhere)]
+        assert moved.expert_plan() == plan, seed
+        assert copy.deepcopy(moved).reset(seed) == env.reset(seed)
+
+    def revisions(name: str) -> int:
+        count = 0
+        for seed in range(24):
+            plans = [parse_turn(m["content"], expect_plan=True).plan
+                     for m in expert_conversation(name, seed, "adaplan") if m["role"] == "assistant"]  # fmt: skip
+            count += sum(list(b) != list(a[1:]) for a, b in zip(plans, plans[1:]))
+        return count
+
+    assert revisions("household") == 0 and revisions("household_search") >= 10
+    for seed in range(40):  # between plan updates a refuted hypothesis is not acted on: every episode succeeds
+        expert_conversation("household_search", seed, "adaplan", every=5)

@@ -13,9 +13,11 @@ import pytest
 from coalign.envs import REGISTRY, TextEnv, make_env
 
 NAMES = sorted(REGISTRY)
-SEEDS = {"household": 300, "iqa": 300, "crafting": 300, "wordle": 500, "maze": 300, "babyai": 200}
+SEEDS = {"household": 300, "iqa": 300, "crafting": 300, "wordle": 500, "maze": 300, "babyai": 200,
+         "household_search": 300}  # fmt: skip
 IDLE = {  # an action that changes nothing (or only what the agent faces) and ends nothing
     "household": "look",
+    "household_search": "look",
     "iqa": "turn left",
     "crafting": "inventory",
     "wordle": "nonsense",
@@ -24,6 +26,7 @@ IDLE = {  # an action that changes nothing (or only what the agent faces) and en
 }
 DEVIATIONS = {  # seeds, and the agent's own moves before the expert takes over
     "household": (50, ("look", "inventory", "examine cup 1")),
+    "household_search": (50, ("look", "go to cabinet 1", "open cabinet 1", "go to fridge 1")),
     "iqa": (50, ("turn left", "move ahead", "turn right")),
     "crafting": (100, ("get 3 wood log", "craft 4 plank using 1 wood log", "get 1 coal", "craft 1 boat using 5 plank")),
     "wordle": (40, ("q u e e n", "zzzzz")),
@@ -40,7 +43,7 @@ HOSTILE = [
     "\n\n  \nline one\nline two",
     "\n".join("I think I should move ahead and then answer True. " * 20 for _ in range(500)),
 ]
-NEAR_MISSES = {  # each environment's own actions, broken: NUL bytes, bidi, full-width, out of range
+NEAR_MISSES: dict[str, list[str]] = {  # each environment's own actions, broken: NUL bytes, bidi, full-width, out of range
     "household": [
         "\u202e1 egdirf ni 1 elppa tup\u202c \u2067ذهاب\u2069",
         "12345",
@@ -71,6 +74,7 @@ NEAR_MISSES = {  # each environment's own actions, broken: NUL bytes, bidi, full
         "toggle and go through grey locked door 1",
     ],
 }
+NEAR_MISSES["household_search"] = NEAR_MISSES["household"]  # the same actions
 
 
 def run_expert(env: TextEnv) -> list[str]:
@@ -103,18 +107,24 @@ def seed_with_steps(name: str, steps: int) -> int:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_expert_follows_its_plan_and_succeeds_in_optimal_steps(name: str) -> None:
+    """The expert acts on its plan's first step and succeeds in `optimal_steps`; its plan from the start is
+    what it does, unless it plans on a hypothesis that observations revise (`expert_revises`)."""
     env = make_env(name)
     for seed in range(SEEDS[name]):
         env.reset(seed)
         plan = env.expert_plan()
-        assert len(plan) == env.optimal_steps >= 1 and all(len(step.split()) <= 12 for step in plan)
+        assert len(plan) >= 1 and all(len(step.split()) <= 12 for step in plan)
+        assert len(plan) == env.optimal_steps or env.expert_revises
         assert env.plan_action(plan[0]) == env.expert_action()
-        for index, step in enumerate(plan):
+        index = 0
+        while not env.done:
             action = env.expert_action()
-            assert env.plan_action(step) in (None, action), (seed, index, step)  # None: an abstract step
+            if not env.expert_revises:
+                assert env.plan_action(plan[index]) in (None, action), (seed, index)  # None: an abstract step
             assert env.plan_action(env.expert_plan()[0]) == action, (seed, index)
             result = env.step(action)
-            assert result.done == (index == len(plan) - 1), (seed, index, action)
+            index += 1
+        assert index == env.optimal_steps and (index == len(plan) or env.expert_revises)
         assert env.success and result.reward == 1.0 and env.steps_taken == env.optimal_steps <= env.max_steps
 
 
@@ -183,4 +193,5 @@ def test_deepcopy_is_independent(name: str) -> None:
     run_expert(clone)
     assert clone.success and not env.done
     assert (env.steps_taken, env.expert_plan(), copy.deepcopy(env).step(IDLE[name]).observation) == before
-    assert len(run_expert(env)) == len(before[1]) and env.success and env.steps_taken == clone.steps_taken
+    assert len(run_expert(env)) == len(before[1]) or env.expert_revises
+    assert env.success and env.steps_taken == clone.steps_taken

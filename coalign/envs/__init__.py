@@ -22,6 +22,7 @@ REGISTRY: dict[str, str] = {
     "iqa": "coalign.envs.iqa:IQAEnv",
     "babyai": "coalign.envs.babyai:BabyAIEnv",
     "maze": "coalign.envs.maze:MazeEnv",
+    "household_search": "coalign.envs.household:SearchingHouseholdEnv",  # household, its expert not omniscient
 }
 HELDIN = ("household", "crafting", "wordle", "iqa")
 HELDOUT = ("babyai", "maze")

@@ -29,10 +29,12 @@ class TextEnv(ABC):
     """A text environment. `reset(seed)` starts a task and returns its first observation (the goal and
     what the agent sees); `step(action)` acts. `max_steps` ends an episode; `optimal_steps` is the
     expert's step count from the start (PilotRL's end-to-end score tells an efficient success from a
-    redundant one by it)."""
+    redundant one by it). An expert that knows only what the agent has seen (`expert_revises`) plans on a
+    hypothesis, so its plan from the start is not always what it does."""
 
     name: str = ""
     max_steps: int = 30
+    expert_revises: bool = False  # the expert's plan is a hypothesis that observations may revise
     instructions: str = ""  # the action syntax, told to the agent once (AgentGym's system prompt)
 
     def __init__(self) -> None:

@@ -14,6 +14,7 @@ Plan steps (`expert_plan`) each begin with the exact action, then an optional pu
 
 from __future__ import annotations
 
+import copy
 import random
 
 from coalign.envs.base import PlannedEnv
@@ -404,3 +405,115 @@ def _canonical(verb: str, args: tuple[str, ...]) -> str:
     if verb == "take":
         return f"take {args[0]} from {args[1]}"
     return " ".join((verb, *args))
+
+
+class SearchingHouseholdEnv(HouseholdEnv):
+    """The same household, with an expert that knows only what the agent has seen.
+
+    `HouseholdEnv`'s expert walks straight to the object, reading where it lies from the simulator: its first
+    plan holds what no agent can know, and replanning never changes it, so AdaPlan episodes built on it never
+    show a plan revised after an observation. This expert keeps a belief instead: the contents of the
+    receptacles it has seen (objects move only when the agent moves them). While the object is unseen, its plan
+    is the hypothesis that it lies in the first receptacle not yet searched, in the room's listed order
+    (receptacles of the goal's kind last); the rest of the plan (take it, heat it, put it) is built on that
+    hypothesis. When an observation refutes it, the revised plan searches the next one. The desklamp is looked
+    for the same way, desks and side tables first. `optimal_steps` is this expert's step count."""
+
+    name = "household_search"
+    expert_revises = True
+
+    def reset(self, seed: int | None = None) -> str:
+        self.searched: set[str] = set()
+        observation = super().reset(seed)
+        trial = copy.deepcopy(self)
+        while not trial.done:
+            trial.step(trial.expert_action())
+        self.optimal_steps = trial.steps_taken if trial.success else len(self._plan())
+        return observation
+
+    def _do_go(self, receptacle: str) -> str:
+        observation = super()._do_go(receptacle)
+        if self.location == receptacle and self._reachable(receptacle):
+            self.searched.add(receptacle)
+        return observation
+
+    def _do_open(self, receptacle: str) -> str:
+        observation = super()._do_open(receptacle)
+        if self.is_open.get(receptacle) and self.location == receptacle:
+            self.searched.add(receptacle)
+        return observation
+
+    def _plan(self) -> list[tuple[str, str]]:
+        return [] if self.done else _SearchingPlanner(self).plan()
+
+
+class _SearchingPlanner(_Planner):
+    """`_Planner` on the agent's belief: objects where it has seen them, the rest hypothesised (see
+    `SearchingHouseholdEnv`)."""
+
+    def __init__(self, env: SearchingHouseholdEnv):
+        super().__init__(env)
+        self.known = {o: r for o, r in env.where.items() if r in env.searched}
+        self.guessed: set[str] = set()
+
+    def plan(self) -> list[tuple[str, str]]:
+        env = self.env
+        if env.task == "look_at_obj_in_light":
+            self.fetch(env.target)
+            unseen = [r for r in BEDROOM if r not in env.searched]  # a desklamp stands on one of these
+            lamp = env.lamp if env.lamp in env.searched or not unseen else unseen[0]
+            self.go(lamp, "where the desklamp is")
+            if not env.lamp_on:
+                self.add(f"use {LAMP}", f"to look at the {self.holding}")
+            return self.steps
+        goal = env._goal_receptacle()
+        needed = (2 if env.task == "pick_two_obj_and_place" else 1) - env._placed(goal)
+        for _ in range(needed):
+            self.fetch(env.target, counted=goal)
+            obj = self.holding
+            if env.task in STATE and STATE[env.task] not in env.states.get(obj, set()):
+                appliance = APPLIANCE[env.task]
+                verb = VERB[kind(appliance)]
+                self.go(appliance, f"to {verb} the {obj}")
+                self.add(f"{verb} {obj} with {appliance}")
+            self.go(goal, f"to place the {obj}")
+            self.open(goal, f"to put the {obj} in")
+            self.add(f"put {obj} {prep(goal)} {goal}")
+            self.holding = None
+        return self.steps
+
+    def _guess(self) -> str:
+        """The next receptacle to look in for an unseen object: the first unsearched one in the room's order,
+        the goal's kind last, not already hypothesised for another object (unless none is left)."""
+        env = self.env
+        unsearched = sorted((r for r in env.receptacles if r not in env.searched), key=lambda r: kind(r) == env.place)
+        guess = next((r for r in unsearched if r not in self.guessed), unsearched[0])
+        self.guessed.add(guess)
+        return guess
+
+    def fetch(self, target: str, counted: str | None = None) -> None:
+        if self.holding is not None and kind(self.holding) == target:
+            return
+        if self.holding is not None:
+            self.open(self.location, "to make room")
+            self.add(f"put {self.holding} {prep(self.location)} {self.location}", "to free your hands")
+            self.holding = None
+        env = self.env
+        seen = [
+            o
+            for o, r in self.known.items()
+            if kind(o) == target and o not in self.taken and not (r == counted and env._qualifies(o))
+        ]
+        if seen:
+            obj = min(seen, key=lambda o: (not env._qualifies(o), _order(o)))
+            receptacle = self.known[obj]
+            self.go(receptacle, f"to find the {target}")
+        else:  # unseen: hypothesise the next receptacle, and an object number not yet taken
+            receptacle = self._guess()
+            numbers = {int(o.rsplit(" ", 1)[1]) for o in self.taken | set(self.known) if kind(o) == target}
+            obj = f"{target} {next(n for n in range(1, 100) if n not in numbers)}"
+            self.go(receptacle, f"to look for the {target}")
+        self.open(receptacle, "to look inside")
+        self.add(f"take {obj} from {receptacle}")
+        self.holding = obj
+        self.taken.add(obj)
