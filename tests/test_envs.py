@@ -43,7 +43,7 @@ HOSTILE = [
     "\n\n  \nline one\nline two",
     "\n".join("I think I should move ahead and then answer True. " * 20 for _ in range(500)),
 ]
-NEAR_MISSES: dict[str, list[str]] = {  # each environment's own actions, broken: NUL bytes, bidi, full-width, out of range
+NEAR_MISSES: dict[str, list[str]] = {  # each environment's own actions, broken: NUL, bidi, full-width, out of range
     "household": [
         "\u202e1 egdirf ni 1 elppa tup\u202c \u2067ذهاب\u2069",
         "12345",
