@@ -55,6 +55,7 @@ PARTLY = 0.5  # the Dice coefficient from which a different action partly follow
 # Each environment's answer to an action it does not read or cannot do (its first words).
 _INVALID = {
     "household": r"Nothing happened\.",
+    "household_search": r"Nothing happened\.",
     "iqa": r"Nothing happened\.",
     "crafting": r"Could not ",
     "wordle": r"invalid word",
