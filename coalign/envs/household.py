@@ -299,15 +299,19 @@ class HouseholdEnv(PlannedEnv):
         parsed = self._parse(step_text(step), whole=False)
         return None if parsed is None else _canonical(*parsed)
 
+    def _planner(self) -> _Planner:
+        return _Planner(self)
+
     def _plan(self) -> list[tuple[str, str]]:
         """(action, plan step) pairs from the current state to success. Replanning after each of these
-        actions gives the rest of the same list, so the plan from the start is what the expert does."""
+        actions gives the rest of the same list, so the plan from the start is what the expert does (for
+        this expert, which reads where everything lies; see `SearchingHouseholdEnv` for one that does not)."""
         if self.done:
             return []
-        plan = _Planner(self)
+        plan = self._planner()
         if self.task == "look_at_obj_in_light":
             plan.fetch(self.target)
-            plan.go(self.lamp, "where the desklamp is")
+            plan.go(plan.lamp(), "where the desklamp is")
             if not self.lamp_on:
                 plan.add(f"use {LAMP}", f"to look at the {plan.holding}")
             return plan.steps
@@ -316,7 +320,7 @@ class HouseholdEnv(PlannedEnv):
         for _ in range(needed):
             plan.fetch(self.target, counted=goal)
             obj = plan.holding
-            if self.task in STATE and STATE[self.task] not in self.states[obj]:
+            if self.task in STATE and STATE[self.task] not in self.states.get(obj, set()):
                 appliance = APPLIANCE[self.task]
                 verb = VERB[kind(appliance)]
                 plan.go(appliance, f"to {verb} the {obj}")
@@ -365,28 +369,39 @@ class _Planner:
             self.opened.add(receptacle)
 
     def fetch(self, target: str, counted: str | None = None) -> None:
-        """Hold an object of kind `target`: the one in hand, else the best one not already counted in the
-        goal's receptacle `counted` (one in the wanted state first, then by number); another object in
-        hand is put down here first."""
+        """Hold an object of kind `target`: the one in hand, else one not already counted in the goal's
+        receptacle `counted` (`locate`); another object in hand is put down here first."""
         if self.holding is not None and kind(self.holding) == target:
             return
         if self.holding is not None:
             self.open(self.location, "to make room")
             self.add(f"put {self.holding} {prep(self.location)} {self.location}", "to free your hands")
             self.holding = None
-        env = self.env
-        candidates = [
-            o
-            for o, r in env.where.items()
-            if kind(o) == target and o not in self.taken and not (r == counted and env._qualifies(o))
-        ]
-        obj = min(candidates, key=lambda o: (not env._qualifies(o), _order(o)))
-        receptacle = env.where[obj]
-        self.go(receptacle, f"to find the {target}")
+        obj, receptacle, purpose = self.locate(target, counted)
+        self.go(receptacle, purpose)
         self.open(receptacle, "to look inside")
         self.add(f"take {obj} from {receptacle}")
         self.holding = obj
         self.taken.add(obj)
+
+    def candidates(self, where: dict[str, str], target: str, counted: str | None) -> list[str]:
+        """Objects of kind `target` in `where` not yet taken nor already counted in `counted`, in the wanted
+        state first, then by number."""
+        env = self.env
+        found = [
+            o
+            for o, r in where.items()
+            if kind(o) == target and o not in self.taken and not (r == counted and env._qualifies(o))
+        ]
+        return sorted(found, key=lambda o: (not env._qualifies(o), _order(o)))
+
+    def locate(self, target: str, counted: str | None) -> tuple[str, str, str]:
+        """(object, receptacle, why go there): the best candidate, where it lies."""
+        obj = self.candidates(self.env.where, target, counted)[0]
+        return obj, self.env.where[obj], f"to find the {target}"
+
+    def lamp(self) -> str:
+        return self.env.lamp
 
 
 def _order(name: str) -> tuple[str, int]:
@@ -416,8 +431,9 @@ class SearchingHouseholdEnv(HouseholdEnv):
     receptacles it has seen (objects move only when the agent moves them). While the object is unseen, its plan
     is the hypothesis that it lies in the first receptacle not yet searched, in the room's listed order
     (receptacles of the goal's kind last); the rest of the plan (take it, heat it, put it) is built on that
-    hypothesis. When an observation refutes it, the revised plan searches the next one. The desklamp is looked
-    for the same way, desks and side tables first. `optimal_steps` is this expert's step count."""
+    hypothesis. When an observation refutes it, the revised plan searches the next one. The desklamp, which
+    stands on the desk or the side table, is looked for on the first of them not yet seen. `optimal_steps` is
+    this expert's step count."""
 
     name = "household_search"
     expert_revises = True
@@ -443,8 +459,8 @@ class SearchingHouseholdEnv(HouseholdEnv):
             self.searched.add(receptacle)
         return observation
 
-    def _plan(self) -> list[tuple[str, str]]:
-        return [] if self.done else _SearchingPlanner(self).plan()
+    def _planner(self) -> _Planner:
+        return _SearchingPlanner(self)
 
 
 class _SearchingPlanner(_Planner):
@@ -456,64 +472,21 @@ class _SearchingPlanner(_Planner):
         self.known = {o: r for o, r in env.where.items() if r in env.searched}
         self.guessed: set[str] = set()
 
-    def plan(self) -> list[tuple[str, str]]:
-        env = self.env
-        if env.task == "look_at_obj_in_light":
-            self.fetch(env.target)
-            unseen = [r for r in BEDROOM if r not in env.searched]  # a desklamp stands on one of these
-            lamp = env.lamp if env.lamp in env.searched or not unseen else unseen[0]
-            self.go(lamp, "where the desklamp is")
-            if not env.lamp_on:
-                self.add(f"use {LAMP}", f"to look at the {self.holding}")
-            return self.steps
-        goal = env._goal_receptacle()
-        needed = (2 if env.task == "pick_two_obj_and_place" else 1) - env._placed(goal)
-        for _ in range(needed):
-            self.fetch(env.target, counted=goal)
-            obj = self.holding
-            if env.task in STATE and STATE[env.task] not in env.states.get(obj, set()):
-                appliance = APPLIANCE[env.task]
-                verb = VERB[kind(appliance)]
-                self.go(appliance, f"to {verb} the {obj}")
-                self.add(f"{verb} {obj} with {appliance}")
-            self.go(goal, f"to place the {obj}")
-            self.open(goal, f"to put the {obj} in")
-            self.add(f"put {obj} {prep(goal)} {goal}")
-            self.holding = None
-        return self.steps
-
-    def _guess(self) -> str:
-        """The next receptacle to look in for an unseen object: the first unsearched one in the room's order,
-        the goal's kind last, not already hypothesised for another object (unless none is left)."""
+    def locate(self, target: str, counted: str | None) -> tuple[str, str, str]:
+        """A seen candidate where it was seen; else the next unsearched receptacle in the room's order (the
+        goal's kind last, one not hypothesised for another object unless none is left), with an object number
+        not yet taken."""
+        seen = self.candidates(self.known, target, counted)
+        if seen:
+            return seen[0], self.known[seen[0]], f"to find the {target}"
         env = self.env
         unsearched = sorted((r for r in env.receptacles if r not in env.searched), key=lambda r: kind(r) == env.place)
         guess = next((r for r in unsearched if r not in self.guessed), unsearched[0])
         self.guessed.add(guess)
-        return guess
+        numbers = {int(o.rsplit(" ", 1)[1]) for o in self.taken | set(self.known) if kind(o) == target}
+        obj = f"{target} {next(n for n in range(1, 100) if n not in numbers)}"
+        return obj, guess, f"to look for the {target}"
 
-    def fetch(self, target: str, counted: str | None = None) -> None:
-        if self.holding is not None and kind(self.holding) == target:
-            return
-        if self.holding is not None:
-            self.open(self.location, "to make room")
-            self.add(f"put {self.holding} {prep(self.location)} {self.location}", "to free your hands")
-            self.holding = None
-        env = self.env
-        seen = [
-            o
-            for o, r in self.known.items()
-            if kind(o) == target and o not in self.taken and not (r == counted and env._qualifies(o))
-        ]
-        if seen:
-            obj = min(seen, key=lambda o: (not env._qualifies(o), _order(o)))
-            receptacle = self.known[obj]
-            self.go(receptacle, f"to find the {target}")
-        else:  # unseen: hypothesise the next receptacle, and an object number not yet taken
-            receptacle = self._guess()
-            numbers = {int(o.rsplit(" ", 1)[1]) for o in self.taken | set(self.known) if kind(o) == target}
-            obj = f"{target} {next(n for n in range(1, 100) if n not in numbers)}"
-            self.go(receptacle, f"to look for the {target}")
-        self.open(receptacle, "to look inside")
-        self.add(f"take {obj} from {receptacle}")
-        self.holding = obj
-        self.taken.add(obj)
+    def lamp(self) -> str:
+        unseen = [r for r in BEDROOM if r not in self.env.searched]  # a desklamp stands on one of these
+        return self.env.lamp if self.env.lamp in self.env.searched or not unseen else unseen[0]
