@@ -57,6 +57,7 @@ _INVALID = {
     "household": r"Nothing happened\.",
     "household_search": r"Nothing happened\.",
     "iqa": r"Nothing happened\.",
+    "iqa_look": r"Nothing happened\.",
     "crafting": r"Could not ",
     "wordle": r"invalid word",
     "maze": r"Invalid action\.",

@@ -108,3 +108,24 @@ def test_questions_ask_about_containers_and_surfaces() -> None:
         kinds.add(env.subject in CONTAINERS)
         assert env.goal.startswith("Is there ") and env.goal.endswith(f" the {env.subject}?")
     assert kinds == {True, False}
+
+
+def test_the_looking_expert_states_the_answer_only_after_looking() -> None:
+    """`iqa_look`: the first plan is the same whatever the answer (its last step names no action), the revised
+    plan after looking states the right one, and the expert still solves every seed in `optimal_steps`."""
+    from coalign.envs.iqa import LookingIQAEnv
+
+    for seed in range(60):
+        env, plain = LookingIQAEnv(), IQAEnv()
+        assert env.reset(seed) == plain.reset(seed)
+        plan = env.expert_plan()
+        assert env.plan_action(plan[-1]) is None and plan[:-1] == plain.expert_plan()[:-1]
+        flipped = copy.deepcopy(env)
+        flipped.truth = not flipped.truth
+        assert flipped.expert_plan() == plan
+        while not env.looked:
+            env.step(env.expert_action())
+        assert env.expert_plan()[-1] == plain.expert_plan()[-1]
+        while not env.done:
+            env.step(env.expert_action())
+        assert env.success and env.steps_taken == env.optimal_steps == plain.optimal_steps

@@ -14,11 +14,12 @@ from coalign.envs import REGISTRY, TextEnv, make_env
 
 NAMES = sorted(REGISTRY)
 SEEDS = {"household": 300, "iqa": 300, "crafting": 300, "wordle": 500, "maze": 300, "babyai": 200,
-         "household_search": 300}  # fmt: skip
+         "household_search": 300, "iqa_look": 300}  # fmt: skip
 IDLE = {  # an action that changes nothing (or only what the agent faces) and ends nothing
     "household": "look",
     "household_search": "look",
     "iqa": "turn left",
+    "iqa_look": "turn left",
     "crafting": "inventory",
     "wordle": "nonsense",
     "maze": "wait",
@@ -28,6 +29,7 @@ DEVIATIONS = {  # seeds, and the agent's own moves before the expert takes over
     "household": (50, ("look", "inventory", "examine cup 1")),
     "household_search": (50, ("look", "go to cabinet 1", "open cabinet 1", "go to fridge 1")),
     "iqa": (50, ("turn left", "move ahead", "turn right")),
+    "iqa_look": (50, ("turn left", "move ahead", "turn right")),
     "crafting": (100, ("get 3 wood log", "craft 4 plank using 1 wood log", "get 1 coal", "craft 1 boat using 5 plank")),
     "wordle": (40, ("q u e e n", "zzzzz")),
     "maze": (50, ("move left", "move up", "move up", "move right", "jump")),
@@ -75,6 +77,7 @@ NEAR_MISSES: dict[str, list[str]] = {  # each environment's own actions, broken:
     ],
 }
 NEAR_MISSES["household_search"] = NEAR_MISSES["household"]  # the same actions
+NEAR_MISSES["iqa_look"] = NEAR_MISSES["iqa"]
 
 
 def run_expert(env: TextEnv) -> list[str]:

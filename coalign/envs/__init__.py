@@ -23,6 +23,7 @@ REGISTRY: dict[str, str] = {
     "babyai": "coalign.envs.babyai:BabyAIEnv",
     "maze": "coalign.envs.maze:MazeEnv",
     "household_search": "coalign.envs.household:SearchingHouseholdEnv",  # household, its expert not omniscient
+    "iqa_look": "coalign.envs.iqa:LookingIQAEnv",  # iqa, its expert answering only after looking
 }
 HELDIN = ("household", "crafting", "wordle", "iqa")
 HELDOUT = ("babyai", "maze")

@@ -275,3 +275,24 @@ def _connected(free: set[Cell]) -> bool:
                 seen.add(cell)
                 frontier.append(cell)
     return seen == free
+
+
+class LookingIQAEnv(IQAEnv):
+    """The same kitchen, with an expert that does not state the answer before it has looked.
+
+    `IQAEnv`'s expert reads the answer from the simulator, so its first plan ends on it ("answer True: there is a
+    mug in the fridge 1") and an executor given that plan could copy the answer without looking. Here, until
+    the subject's contents have been seen, the plan's last step names no action ("answer after looking: is
+    there a mug in the fridge 1?"); once they have, the revised plan states the answer. The walk and the
+    opening are the same, and so is `optimal_steps`."""
+
+    name = "iqa_look"
+    expert_revises = True
+
+    def _plan(self) -> list[tuple[str, str]]:
+        steps = super()._plan()
+        if self.looked or not steps:
+            return steps
+        where = "in" if self.subject in CONTAINERS else "on"
+        question = f"answer after looking: is there {article(self.asked)} {where} the {self.subject}?"
+        return [*steps[:-1], (steps[-1][0], question)]
