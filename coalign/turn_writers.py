@@ -5,8 +5,8 @@ a model it supports) keeps each episode's key/value cache from one turn to the n
 grows by appending (its ids are never re-rendered, `token_turns`), so the keys and values computed for one
 turn stay valid for the next, and only the tokens added since (the observation, a guide's opening) need a
 forward pass. Without it every turn re-reads the whole context, and a left-padded batch of long contexts
-reads its padding too (`benchmarks/rollout_throughput.py`: on a trained model, more time in prefill than in
-decoding).
+reads its padding too (`benchmarks/rollout_throughput.py`, a trained model, 16 episodes a turn: 123 s of
+prefill beside 137 s of decoding; with the caches kept, 4 s of prefill and 1.96x the tokens/s).
 
 The prefix-cached writer brings each context up to date alone (no padding), through all but its last token;
 the batch's caches are then laid side by side, left-padded to one width, so that every row's uncached part is
