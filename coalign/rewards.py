@@ -35,6 +35,7 @@ rubric, score 2") never raises and scores the minimum of the component it lands 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -43,7 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from coalign.envs import REGISTRY, TextEnv, make_env
+from coalign.envs import REGISTRY, TextEnv, env_class, make_env
 from coalign.envs.base import MAX_ACTION_CHARS, clean_action
 from coalign.expert import PlanQuality, plan_quality
 from coalign.critic_options import split_judge_options
@@ -51,20 +52,6 @@ from coalign.stages.critic import FAILURE_KINDS, RETRYABLE, CallError, Complete,
 
 COMPONENTS = ("format", "adherence", "end_to_end", "plan_quality")
 PARTLY = 0.5  # the Dice coefficient from which a different action partly follows the step
-
-# Each environment's answer to an action it does not read or cannot do (its first words).
-_INVALID = {
-    "household": r"Nothing happened\.",
-    "household_search": r"Nothing happened\.",
-    "iqa": r"Nothing happened\.",
-    "iqa_look": r"Nothing happened\.",
-    "crafting": r"Could not ",
-    "wordle": r"invalid word",
-    "maze": r"Invalid action\.",
-    "babyai": r"Invalid action\.|You cannot (?:see|reach) (?!any objects)|You are already carrying "
-    r"|The .+? is (?:locked|closed)\.",
-}
-_INVALID_REPLY = {name: re.compile(rf"(?:The episode is over\.|{pattern})") for name, pattern in _INVALID.items()}
 
 
 # --------------------------------------------------------------------------- reading a record
@@ -96,9 +83,17 @@ def _fresh_env(record: Any) -> TextEnv | None:
     return env
 
 
+@functools.cache
+def _invalid_reply(env_name: str) -> re.Pattern | None:
+    """The environment's answer to an action it does not read (`TextEnv.invalid_reply`), or to any action once
+    the episode is over; None for an unknown environment or one that declares none."""
+    pattern = env_class(env_name).invalid_reply if env_name in REGISTRY else ""
+    return re.compile(rf"(?:The episode is over\.|{pattern})") if pattern else None
+
+
 def accepted(env_name: str, observation: Any) -> bool:
     """Whether the environment read and did the action: its observation is not its invalid-action reply."""
-    pattern = _INVALID_REPLY.get(env_name)
+    pattern = _invalid_reply(env_name)
     return isinstance(observation, str) and pattern is not None and not pattern.match(observation)
 
 

@@ -107,7 +107,7 @@ class PrefixCachedWriter:
     def __init__(self, model, tokenizer, max_bytes: int = 2 << 30):
         self.model, self.tokenizer, self.max_bytes = model, tokenizer, max_bytes
         self.entries: OrderedDict[int, Entry] = OrderedDict()
-        self._next_key = 0
+        self._next_key, self._bytes = 0, 0
         self.prefilled = 0
         self.reused = 0
 
@@ -130,7 +130,7 @@ class PrefixCachedWriter:
         completions = cut_after_eos(out[:, width:].tolist(), self.tokenizer.eos_token_id)
         fed = out.shape[1] - width - 1  # the last token sampled was never fed back: its keys were not computed
         for key in used:
-            self.entries.pop(key, None)
+            self._drop(key)
         for row, (ids, written) in enumerate(zip(batch, completions, strict=True)):
             kept = min(len(written), fed)
             start = width - len(ids)
@@ -189,8 +189,11 @@ class PrefixCachedWriter:
     def _keep(self, entry: Entry) -> int:
         key, self._next_key = self._next_key, self._next_key + 1
         self.entries[key] = entry
-        total = sum(e.nbytes for e in self.entries.values())
-        while total > self.max_bytes and len(self.entries) > 1:
-            _, dropped = self.entries.popitem(last=False)
-            total -= dropped.nbytes
+        self._bytes += entry.nbytes
+        while self._bytes > self.max_bytes and len(self.entries) > 1:
+            self._drop(next(iter(self.entries)))
         return key
+
+    def _drop(self, key: int) -> None:
+        if key in self.entries:
+            self._bytes -= self.entries.pop(key).nbytes

@@ -65,6 +65,10 @@ class BabyAIEnv(TextEnv):
     """A BabyAI level, described in words and acted on with macro actions."""
 
     name = "babyai"
+    invalid_reply = (
+        r"Invalid action\.|You cannot (?:see|reach) (?!any objects)|You are already carrying "
+        r"|The .+? is (?:locked|closed)\."
+    )
     max_steps = 20
     instructions = (
         "You are in a grid world and must accomplish the goal. Actions: turn left, turn right, move forward, "

@@ -35,6 +35,7 @@ class TextEnv(ABC):
     name: str = ""
     max_steps: int = 30
     expert_revises: bool = False  # the expert's plan is a hypothesis that observations may revise
+    invalid_reply: str = ""  # a regex of its answer to an action it does not read or cannot do (its first words)
     instructions: str = ""  # the action syntax, told to the agent once (AgentGym's system prompt)
 
     def __init__(self) -> None:

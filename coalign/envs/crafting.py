@@ -130,6 +130,7 @@ class CraftingEnv(TextEnv):
     """Get base materials and craft up the recipe tree to the goal item."""
 
     name = "crafting"
+    invalid_reply = r"Could not "
     max_steps = 30
     instructions = (
         'Craft the goal item. Actions: "get N item" for base materials, "craft N X using a A, b B" '

@@ -126,6 +126,7 @@ class HouseholdEnv(PlannedEnv):
 
     name = "household"
     max_steps = 30
+    invalid_reply = r"Nothing happened\."
     instructions = (
         "You are in a household. Act with one command per turn: go to X, open X, close X, take O from R, "
         "put O in/on R, heat O with microwave 1, cool O with fridge 1, clean O with sinkbasin 1, "

@@ -58,6 +58,7 @@ class IQAEnv(PlannedEnv):
 
     name = "iqa"
     max_steps = 20
+    invalid_reply = r"Nothing happened\."
     instructions = (
         "You are in a kitchen grid and must answer a question about it. Act with one command per turn: "
         "move ahead, turn left, turn right, open X (X right in front of you, e.g. open fridge 1), "

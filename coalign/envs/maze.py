@@ -83,6 +83,7 @@ class MazeEnv(TextEnv):
     """Walk from the start to the goal of the double-T maze."""
 
     name = "maze"
+    invalid_reply = r"Invalid action\."
     max_steps = 25
     instructions = (
         "You are in a maze. Reach the goal in as few moves as possible. Actions: move up, move down, "

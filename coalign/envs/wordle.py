@@ -122,6 +122,7 @@ class WordleEnv(TextEnv):
     """Guess the hidden five-letter word in six tries."""
 
     name = "wordle"
+    invalid_reply = r"invalid word"
     max_steps = 12
     instructions = (
         'Guess the hidden 5-letter word in 6 tries. Write a guess as spaced letters, e.g. "c r a n e". '
