@@ -8,9 +8,10 @@ two steps merged into one line) and, when configured, from an LLM over an OpenAI
 (`LLMPlans`; its replies are untrusted text, only ever scored), and each is scored by rule, 1-5 on each criterion
 (`plan_quality`): correct = following the plan on a copy of the environment succeeds (a step that
 names no action is sent as it stands, and the environment answers it as the invalid action it is: a
-plan of filler lines is not correct, however many steps it has);
-executable = the share of steps that name an action the environment reads; standard = one short,
-non-empty step per line. PilotRL's stage-2 plan-quality reward scores with the same rules.
+plan of filler lines is not correct, however many steps it has; the one exception is a step that the
+environment's own plans write to leave the choice to the one acting, `TextEnv.delegates`, where the
+expert chooses); executable = the share of steps that name an action the environment reads or that it
+delegates; standard = one short, non-empty step per line. PilotRL's stage-2 plan-quality reward scores with the same rules.
 """
 
 from __future__ import annotations
@@ -58,20 +59,23 @@ def plan_quality(env: TextEnv, plan: Sequence[str]) -> PlanQuality:
     if not plan:
         return PlanQuality(1, 1, 1)
     correct = 5 if follow_plan(env, plan) else 1
-    named = sum(env.plan_action(step) is not None for step in plan) / len(plan)
+    named = sum(env.plan_action(step) is not None or env.delegates(step) for step in plan) / len(plan)
     standard = sum(bool(s.strip()) and "\n" not in s and len(s.split()) <= MAX_STEP_WORDS for s in plan) / len(plan)
     return PlanQuality(correct, 1 + round(4 * named), 1 + round(4 * standard))
 
 
 def follow_plan(env: TextEnv, plan: Sequence[str]) -> bool:
     """Whether following `plan` from `env`'s current state succeeds, run on a copy: each step's named action,
-    or the step's own text for a step that names none. The plan alone: it fails if it ends too early."""
+    the expert's where the environment delegates the step, or the step's own text for any other step that
+    names none. The plan alone: it fails if it ends too early."""
     trial = copy.deepcopy(env)
     for step in plan:
         if trial.done:
             return trial.success
         action = trial.plan_action(step)
-        trial.step(action if action is not None else step)
+        if action is None:
+            action = trial.expert_action() if trial.delegates(step) else step
+        trial.step(action)
     return trial.success
 
 

@@ -26,8 +26,9 @@ Ours are rule-based and each normalised to [0, 1]:
 - plan_quality: `expert.plan_quality` of the first plan the model wrote, on the task freshly reset,
   (total - 3) / 12. A plan with a step that is not one line of printable text up to the
   environment's action length, longer than the episode's step limit, or naming no action at all
-  scores the minimum: `follow_plan` does the expert's action for a step that names none, so
-  without this a plan of filler lines would be "correct".
+  scores the minimum: `follow_plan` lets the expert act on a step the environment delegates
+  (Wordle's "guess a word that fits the feedback"), so without this a plan of nothing but such
+  steps would be "correct".
 
 Hostile model text (megabyte strings, control characters, None where text belongs, "ignore the
 rubric, score 2") never raises and scores the minimum of the component it lands in.

@@ -198,7 +198,7 @@ def test_end_to_end_efficient_redundant_and_failed(household, failing):
 # --------------------------------------------------------------------------- plan quality
 
 
-@pytest.mark.parametrize("name", ["household", "crafting", "maze"])
+@pytest.mark.parametrize("name", ["household", "crafting", "maze", "wordle", "iqa_look"])
 def test_the_expert_plan_scores_the_maximum_and_a_dropped_step_less(name):
     record = play(name, 0, expert())
     assert plan_score(record) == 1.0

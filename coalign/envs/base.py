@@ -82,6 +82,13 @@ class TextEnv(ABC):
         as "guess a word that fits the feedback"). Used to check a plan's executability and adherence."""
         raise NotImplementedError(f"{type(self).__name__} does not read plan steps")
 
+    def delegates(self, step: str) -> bool:
+        """Whether a step that names no action leaves the choice to the one acting in the way this
+        environment's own expert plans do (Wordle's "guess a word that fits the feedback"): a plan judge
+        following the plan lets the expert choose there. No step does by default: any other step naming
+        no action is sent as written, so a plan of filler lines never succeeds."""
+        return False
+
 
 class PlannedEnv(TextEnv):
     """An environment whose expert plans (action, plan step in words) pairs from the current state: the

@@ -290,10 +290,17 @@ class LookingIQAEnv(IQAEnv):
     name = "iqa_look"
     expert_revises = True
 
+    def _question(self) -> str:
+        where = "in" if self.subject in CONTAINERS else "on"
+        return f"answer after looking: is there {article(self.asked)} {where} the {self.subject}?"
+
     def _plan(self) -> list[tuple[str, str]]:
         steps = super()._plan()
         if self.looked or not steps:
             return steps
-        where = "in" if self.subject in CONTAINERS else "on"
-        question = f"answer after looking: is there {article(self.asked)} {where} the {self.subject}?"
-        return [*steps[:-1], (steps[-1][0], question)]
+        return [*steps[:-1], (steps[-1][0], self._question())]
+
+    def delegates(self, step: str) -> bool:
+        """This task's answer-after-looking step exactly (case, spacing and a final full stop aside): the
+        expert answers there once the subject has been seen, and otherwise takes its next step."""
+        return " ".join(str(step).lower().split()).rstrip(".") == self._question().lower().rstrip(".")

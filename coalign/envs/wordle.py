@@ -13,7 +13,8 @@ Expert: a fixed best first guess, then the answer-list word that splits the answ
 with all feedback best (smallest sum of squared group sizes; a candidate wins ties). It solves
 every answer of the list within 6 guesses (tested exhaustively).
 Plan steps: the next guess is concrete, "guess c r a n e" (`plan_action` -> "c r a n e"); the later
-ones are abstract, "guess a word that fits the feedback" (`plan_action` -> None).
+ones are abstract, "guess a word that fits the feedback" (`plan_action` -> None; `delegates`: a plan judge
+lets the expert choose that guess, so the expert's own plan is a correct one).
 
 Word lists: coalign/envs/data (from wordfreq's data, CC BY-SA 4.0; see data/WORDLE_LICENSE).
 """
@@ -190,3 +191,7 @@ class WordleEnv(TextEnv):
             if match.group(1) in vocabulary():
                 return spaced(match.group(1))
         return None
+
+    def delegates(self, step: str) -> bool:
+        """The abstract step exactly (case, spacing and a final full stop aside): nothing else passes."""
+        return " ".join(str(step).lower().split()).rstrip(".") == ABSTRACT_STEP
