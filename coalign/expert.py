@@ -11,7 +11,8 @@ names no action is sent as it stands, and the environment answers it as the inva
 plan of filler lines is not correct, however many steps it has; the one exception is a step that the
 environment's own plans write to leave the choice to the one acting, `TextEnv.delegates`, where the
 expert chooses); executable = the share of steps that name an action the environment reads or that it
-delegates; standard = one short, non-empty step per line. PilotRL's stage-2 plan-quality reward scores with the same rules.
+delegates; standard = one short, non-empty step per line. PilotRL's stage-2 plan-quality reward scores
+with the same rules.
 """
 
 from __future__ import annotations
