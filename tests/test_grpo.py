@@ -17,10 +17,11 @@ from coalign.formats import lumos_chat
 from coalign.grpo_stages import STAGES, order_label
 from coalign.models import load_model, load_tokenizer, make_tiny_model
 from coalign.recipes.pilotrl import run_pilotrl
+from coalign.rewards import RewardFunctions
 from coalign.rollout import RolloutSpec, make_rollout_func, prompt_rows
 from coalign.runs import read_json
 from coalign.stages import grpo as grpo_module
-from coalign.stages.grpo import grpo_config, grpo_stage
+from coalign.stages.grpo import EpochSampler, StageTrainer, grpo_config, grpo_stage
 from tests.toy_env import killed_after_first_step
 
 TINY = {"vocab_size": 300, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2,
@@ -105,24 +106,72 @@ def _weights(path):
     return load_file(str(path / "model.safetensors"))
 
 
-def test_a_killed_stage_resumes_from_its_last_checkpoint(init, tmp_path, monkeypatch):
-    stage = STAGES["joint"]
-    rows = prompt_rows([("toy", s) for s in range(4)], "adaplan")
-    settings = GRPOSettings(**{**RL, "epochs": {"joint": 2}})
-    whole = grpo_stage(init, tmp_path / "whole", rows, stage, settings, _spec(stage), seed=0)
-    steps = read_json(whole / "train_log.json")["steps"]
-    assert steps >= 2
+KILL_ROWS = [("toy", s) for s in range(4)]  # 2 tasks a step: 2 steps an epoch, 2 epochs
+KILL_SETTINGS = {**RL, "epochs": {"joint": 2}}
 
-    monkeypatch.setattr(grpo_module, "GRPOTrainer", killed_after_first_step(GRPOTrainer))
+
+def _sampled_rewards(*_, **__):
+    """A reward that differs between the sampled completions of a task (the toy policy never succeeds, so
+    the real rewards are all 0, every advantage is 0 and no weight would move): a kill test whose weights
+    never change could not tell a wrong resume from a right one."""
+
+    def sampled(completion_ids, **_):
+        return [float(sum(ids) % 5) for ids in completion_ids]
+
+    return RewardFunctions([sampled], [1.0])
+
+
+@pytest.fixture(scope="module")
+def whole(init, tmp_path_factory):
+    """The joint stage of the kill tests, run without a kill, with rewards that move the weights."""
+    stage = STAGES["joint"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(envs.REGISTRY, "toy", "tests.toy_env:ToyEnv")
+        patch.setattr(grpo_module, "reward_functions", _sampled_rewards)
+        out = tmp_path_factory.mktemp("whole") / "whole"
+        return grpo_stage(init, out, prompt_rows(KILL_ROWS, "adaplan"), stage, GRPOSettings(**KILL_SETTINGS),
+                          _spec(stage), seed=0)  # fmt: skip
+
+
+@pytest.mark.parametrize("killed_after", [1, 2, 3])  # mid first epoch, at the epoch boundary, mid second epoch
+def test_a_killed_stage_resumes_from_its_last_checkpoint(init, whole, tmp_path, monkeypatch, killed_after):
+    """The resumed run is the uninterrupted one, byte for byte, wherever it was killed: TRL's sampler draws
+    each epoch's order from one generator run on, so resuming into a later epoch replayed the first epoch's
+    order; ours draws it from (seed, epoch)."""
+    stage = STAGES["joint"]
+    rows = prompt_rows(KILL_ROWS, "adaplan")
+    settings = GRPOSettings(**KILL_SETTINGS)
+    log = read_json(whole / "train_log.json")
+    steps = log["steps"]
+    assert steps == 4 and all(row["grad_norm"] > 0 for row in log["history"])
+    start = _weights(init)
+    assert any(not torch.equal(start[k], w) for k, w in _weights(whole).items())  # the weights moved
+
+    monkeypatch.setattr(grpo_module, "reward_functions", _sampled_rewards)
+    monkeypatch.setattr(grpo_module, "StageTrainer", killed_after_first_step(StageTrainer, killed_after))
     with pytest.raises(KeyboardInterrupt):
         grpo_stage(init, tmp_path / "resumed", rows, stage, settings, _spec(stage), seed=0)
-    assert (tmp_path / "resumed" / "trainer" / "checkpoint-1").is_dir()
-    monkeypatch.setattr(grpo_module, "GRPOTrainer", GRPOTrainer)
+    assert (tmp_path / "resumed" / "trainer" / f"checkpoint-{killed_after}").is_dir()
+    monkeypatch.setattr(grpo_module, "StageTrainer", StageTrainer)
     resumed = grpo_stage(init, tmp_path / "resumed", rows, stage, settings, _spec(stage), seed=0)
     log = read_json(resumed / "train_log.json")
     assert log["steps"] == steps and [row["step"] for row in log["history"]] == list(range(1, steps + 1))
     a, b = _weights(whole), _weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)  # the same run as the uninterrupted one
+
+
+def test_each_epochs_task_order_is_drawn_from_the_seed_and_epoch_alone():
+    def order(sampler, epoch):
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    def sampler():
+        return EpochSampler(list(range(8)), mini_repeat_count=2, batch_size=2, seed=3)
+
+    ran_on = sampler()
+    first, second = order(ran_on, 0), order(ran_on, 1)
+    assert first != second and sorted(first) == sorted(second)  # a new order each epoch, the same tasks
+    assert order(sampler(), 1) == second  # a sampler built anew (a resumed run) draws the same second epoch
 
 
 def _config(order, mode="adaplan"):

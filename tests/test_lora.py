@@ -13,7 +13,7 @@ import torch
 from peft import PeftModel
 from rich.console import Console
 from safetensors.torch import load_file
-from trl import DPOTrainer, GRPOTrainer
+from trl import DPOTrainer
 from trl.trainer import dpo_trainer
 
 from coalign import envs
@@ -40,7 +40,7 @@ from coalign.runs import Run, read_json
 from coalign.stages import dpo as dpo_module
 from coalign.stages import grpo as grpo_module
 from coalign.stages.dpo import dpo
-from coalign.stages.grpo import grpo_stage
+from coalign.stages.grpo import StageTrainer, grpo_stage
 from coalign.stages.sft import sft
 from tests.test_grpo import RL, TINY, _config, _spec
 from tests.test_moat import MOAT
@@ -205,11 +205,11 @@ def test_a_lora_grpo_stage_trains_the_adapter_and_resumes_from_its_checkpoint(to
     assert any(t.abs().sum() > 0 for name, t in adapter.items() if "lora_B" in name)  # B starts at zero
     assert not torch.allclose(_logits(load_model(whole)), _logits(load_model(base)))
 
-    monkeypatch.setattr(grpo_module, "GRPOTrainer", killed_after_first_step(GRPOTrainer))
+    monkeypatch.setattr(grpo_module, "StageTrainer", killed_after_first_step(StageTrainer))
     with pytest.raises(KeyboardInterrupt):
         grpo_stage(base, tmp_path / "resumed", rows, stage, settings, _spec(stage), lora=lora)
     assert (tmp_path / "resumed" / "trainer" / "checkpoint-1" / "adapter_model.safetensors").is_file()
-    monkeypatch.setattr(grpo_module, "GRPOTrainer", GRPOTrainer)
+    monkeypatch.setattr(grpo_module, "StageTrainer", StageTrainer)
     resumed = grpo_stage(base, tmp_path / "resumed", rows, stage, settings, _spec(stage), lora=lora)
     again = load_file(str(resumed / "adapter_model.safetensors"))
     assert adapter.keys() == again.keys() and all(torch.equal(adapter[k], again[k]) for k in adapter)

@@ -103,12 +103,12 @@ class ScriptedModel:
         return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows])
 
 
-def killed_after_first_step(trainer_class):
-    """A trainer class that dies (as if killed) when it would start its second optimizer step."""
+def killed_after_first_step(trainer_class, steps: int = 1):
+    """A trainer class that dies (as if killed) when it would start its optimizer step `steps` + 1."""
 
     class Killed(trainer_class):
         def training_step(self, *args, **kwargs):
-            if self.state.global_step == 1:
+            if self.state.global_step == steps:
                 raise KeyboardInterrupt("killed")
             return super().training_step(*args, **kwargs)
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from datasets import Dataset
 from transformers.trainer_utils import get_last_checkpoint
+from torch.utils.data import Sampler
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from coalign.config import GRPOSettings, LoraSettings
 from coalign.errors import RunError
@@ -22,6 +24,29 @@ from coalign.models import inference_device, load_model, load_tokenizer
 from coalign.rewards import reward_functions
 from coalign.rollout import RolloutSpec, make_rollout_func
 from coalign.stages.training import common_args, train_and_save, training_model
+
+
+class EpochSampler(RepeatSampler):
+    """TRL's sampler, each epoch's task order drawn from (seed, epoch). TRL's draws epoch after epoch from one
+    generator, which a resumed run builds anew: resumed into its second epoch, a stage replayed the first
+    epoch's order. The trainer calls `set_epoch` before every epoch, resumed or not."""
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.shuffle:
+            self.generator.manual_seed((self.seed or 0) * 1_000_003 + epoch)
+
+
+class StageTrainer(GRPOTrainer):
+    """`GRPOTrainer` with `EpochSampler`, so that a stage resumed anywhere is the uninterrupted one."""
+
+    def _get_train_sampler(self, dataset: Dataset | None = None) -> Sampler:
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is not RepeatSampler:
+            raise RunError(
+                f"TRL's GRPO sampler is a {type(sampler).__name__}; this stage resumes with its RepeatSampler"
+            )
+        sampler.__class__ = EpochSampler  # TRL's arguments, our epochs
+        return sampler
 
 
 def grpo_config(
@@ -87,7 +112,7 @@ def grpo_stage(
     fixed = load_model(executor, trust_remote_code, dtype="float32").to(inference_device()) if executor else None
 
     def trainer() -> GRPOTrainer:
-        return GRPOTrainer(
+        return StageTrainer(
             model=model,
             reward_funcs=funcs,
             args=config,
