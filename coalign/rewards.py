@@ -17,8 +17,11 @@ Ours are rule-based and each normalised to [0, 1]:
   the action). 1 = an action the environment accepted (not its invalid-action reply) sharing at
   least half its words with the named one (Dice coefficient of the word multisets >= 0.5: "go to
   cabinet 2" for "go to fridge 1", "open fridge 1" for "go to fridge 1", "move down" for "move up",
-  a Wordle guess sharing half its letters). 0 otherwise. A step that names no action (Wordle's "guess a word that
-  fits the feedback", a vague or garbage step) scores 0: a rule cannot tell whether it was followed,
+  a Wordle guess sharing half its letters). 0 otherwise. A step that the environment's own plans write to
+  leave the choice to the one acting (`TextEnv.delegates`: Wordle's "guess a word that fits the feedback",
+  exactly) is settled on the task replayed to that turn: 2 for an action that fits it (a word that could
+  still be the answer, or the expert's guess), 1 for another accepted action, 0 otherwise. Any other step
+  that names no action (a vague or garbage step) scores 0: a rule cannot tell whether it was followed,
   and crediting it would credit any text written as a step. An optional LLM judge
   (`LLMJudge`, the paper's method) scores the turns the rule cannot settle. Mean per turn / 2.
 - end_to_end: 2 / 1 / 0 as the paper, efficient meaning within the expert's `optimal_steps` plus a
@@ -142,30 +145,42 @@ def _rule(words: list[str], named: str | None, ok: bool) -> int:
     return 1 if ok and _dice(words, target) >= PARTLY else 0
 
 
-def adherence(turn: Any, env: TextEnv, judge: LLMJudge | None = None) -> int:
+def adherence(turn: Any, env: TextEnv, judge: LLMJudge | None = None, state: TextEnv | None = None) -> int:
     """2 / 1 / 0: the turn fully / partly / not following its plan step (rules in the module docstring).
 
     `env` is the record's task freshly reset: what a step names depends on the task (its receptacles,
-    objects, fixtures), not on progress. A judge, when given, scores the turns the rule cannot settle:
-    a sane step, an action the environment accepted, and no exact match."""
+    objects, fixtures), not on progress. `state`, the task as it stood when the turn was taken, settles a
+    step the environment delegates (Wordle's "guess a word that fits the feedback"): 2 for an action that
+    fits it (`TextEnv.fits`), 1 for another the environment accepted, 0 otherwise. A judge, when given,
+    scores the turns the rule cannot settle: a sane step, an action the environment accepted, and no exact
+    match."""
     if not isinstance(turn, Mapping):
         return 0
     step, action, observation = turn.get("step"), turn.get("action"), turn.get("observation")
     if not _sane(step) or not isinstance(action, str) or not (words := _words(action)):
         return 0
     ok = accepted(env.name, observation)
-    score = _rule(words, env.plan_action(step), ok)
+    named = env.plan_action(step)
+    if named is None and state is not None and state.delegates(step):
+        return 2 if state.fits(action) else int(ok)
+    score = _rule(words, named, ok)
     if judge is None or score == 2 or not ok:
         return score
     return judge.score(step, " ".join(words), observation, score)
 
 
 def adherence_score(record: Any, judge: LLMJudge | None = None) -> float:
-    """Mean adherence over the turns / 2; 0 without turns or a known task."""
-    turns, env = _turns(record), _fresh_env(record)
-    if not turns or env is None:
+    """Mean adherence over the turns / 2; 0 without turns or a known task. The task is replayed turn by
+    turn from its seed (the environments are deterministic), for the steps that only the state settles."""
+    turns, env, state = _turns(record), _fresh_env(record), _fresh_env(record)
+    if not turns or env is None or state is None:
         return 0.0
-    return sum(adherence(turn, env, judge) for turn in turns) / (2 * len(turns))
+    total = 0
+    for turn in turns:
+        total += adherence(turn, env, judge, state)
+        action = turn.get("action") if isinstance(turn, Mapping) else None
+        state.step(action if isinstance(action, str) else "")
+    return total / (2 * len(turns))
 
 
 JUDGE_PROMPT = """You judge whether an agent followed the current step of its plan in one turn of a task.

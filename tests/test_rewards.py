@@ -6,6 +6,7 @@ import pytest
 
 from coalign.envs import REGISTRY, make_env
 from coalign.envs.base import MAX_ACTION_CHARS
+from coalign.envs.wordle import spaced
 from coalign.expert import follow_plan
 from coalign.formats_adaplan import format_turn, parse_turn, plan_due, update_plan
 from coalign.rewards import (
@@ -145,7 +146,7 @@ def test_a_related_action_the_environment_rejects_scores_zero():
     assert adherence({**turn, "observation": "You arrive at fridge 99."}, env) == 1  # the rejection decides
 
 
-def test_a_wordle_guess_is_the_same_action_spaced_or_not_and_an_abstract_step_scores_zero():
+def test_a_wordle_guess_is_the_same_action_spaced_or_not_and_an_abstract_step_is_settled_by_the_feedback():
     unspaced = expert(act=lambda env, t: "".join(env.expert_action().split()) if t == 0 else None, keep=True)
     record = play("wordle", 0, unspaced)
     env = _env(record)
@@ -153,7 +154,28 @@ def test_a_wordle_guess_is_the_same_action_spaced_or_not_and_an_abstract_step_sc
     assert " " not in first["action"] and first["step"].startswith("guess ")
     assert adherence(first, env) == 2
     assert rest and all(turn["step"] == "guess a word that fits the feedback" for turn in rest)
-    assert [adherence(turn, env) for turn in rest] == [0] * len(rest)
+    assert [adherence(turn, env) for turn in rest] == [0] * len(rest)  # without the state the rule cannot tell
+    assert adherence_score(record) == 1.0  # replayed: every expert guess fits the feedback before it
+
+    state = _env(record)
+    state.step(first["action"])
+    answer = state.answer
+    misfit = next(w for w in ("crane", "slate", "pious", "dumpy") if not state.fits(w))
+    turn = rest[0]
+    assert adherence({**turn, "action": spaced(answer)}, env, state=state) == 2  # the answer always fits
+    assert (
+        adherence({**turn, "action": misfit, "observation": "b b b b b"}, env, state=state) == 1
+    )  # a word, not fitting
+    assert adherence({**turn, "action": "zzzzz", "observation": "invalid word"}, env, state=state) == 0
+    assert adherence({**turn, "step": "guess a word that fits"}, env, state=state) == 0  # not the step it delegates
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_expert_keeping_its_first_plan_fully_adheres_where_its_steps_are_delegated(seed):
+    for name in ("wordle", "iqa_look"):
+        record = play(name, seed, expert(keep=True))
+        assert any(turn["step"] and _env(record).delegates(turn["step"]) for turn in record["turns"])
+        assert record["success"] and adherence_score(record) == 1.0, name
 
 
 def test_no_step_or_no_action_scores_zero(household):
@@ -342,9 +364,11 @@ class Fake:
 
 @pytest.fixture(scope="module")
 def wordle():
+    """A Wordle game whose steps after the first are vague ("try another word"): steps the rule cannot settle."""
     record = play("wordle", 0, expert(keep=True))
-    assert len(record["turns"]) >= 3  # one named guess, then abstract steps the rule cannot settle
-    return record
+    first, *rest = record["turns"]
+    assert len(rest) >= 2
+    return {**record, "turns": [first, *({**turn, "step": "try another word"} for turn in rest)]}
 
 
 def test_the_judge_scores_the_turns_the_rule_cannot_settle(wordle, household):

@@ -89,6 +89,14 @@ class TextEnv(ABC):
         no action is sent as written, so a plan of filler lines never succeeds."""
         return False
 
+    def fits(self, action: str) -> bool:
+        """Whether `action`, taken now, carries out a step this environment `delegates`: the expert's own next
+        action does (case, spacing and a final full stop aside); an environment whose delegated steps admit
+        other actions says which."""
+        if self.done:
+            return False
+        return _norm(action) == _norm(self.expert_action())
+
 
 class PlannedEnv(TextEnv):
     """An environment whose expert plans (action, plan step in words) pairs from the current state: the
@@ -106,6 +114,10 @@ class PlannedEnv(TextEnv):
 
     def expert_plan(self) -> list[str]:
         return [words for _, words in self._plan()]
+
+
+def _norm(action: str) -> str:
+    return clean_action(action).lower().rstrip(" .")
 
 
 def clean_action(text: str) -> str:

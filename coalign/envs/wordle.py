@@ -28,7 +28,7 @@ from importlib import resources
 
 import numpy as np
 
-from coalign.envs.base import TextEnv
+from coalign.envs.base import TextEnv, clean_action
 
 TRIES = 6
 ABSTRACT_STEP = "guess a word that fits the feedback"
@@ -136,6 +136,7 @@ class WordleEnv(TextEnv):
         self.answer = ""
         self.tries = 0
         self.candidates: tuple[int, ...] = ()
+        self.history: list[tuple[str, str]] = []  # (word guessed, its feedback), valid guesses only
 
     def reset(self, seed: int | None = None) -> str:
         seed = random.randrange(2**31) if seed is None else seed
@@ -144,6 +145,7 @@ class WordleEnv(TextEnv):
         self.steps_taken = 0
         self.success = self.done = False
         self.candidates = tuple(range(len(answers())))
+        self.history = []
         self.goal = "guess the hidden 5-letter word within 6 tries"
         self.optimal_steps = len(self._expert_guesses())
         return "Guess the hidden 5-letter word. You have 6 tries."
@@ -154,6 +156,7 @@ class WordleEnv(TextEnv):
             return "invalid word"
         self.tries += 1
         marks = feedback(word, self.answer)
+        self.history.append((word, marks))
         self.candidates = tuple(c for c in self.candidates if feedback(word, answers()[c]) == marks)
         if word == self.answer:
             self.success = self.done = True
@@ -195,3 +198,11 @@ class WordleEnv(TextEnv):
     def delegates(self, step: str) -> bool:
         """The abstract step exactly (case, spacing and a final full stop aside): nothing else passes."""
         return " ".join(str(step).lower().split()).rstrip(".") == ABSTRACT_STEP
+
+    def fits(self, action: str) -> bool:
+        """A word of the vocabulary that could still be the answer given every feedback so far (the step says
+        so), or the expert's guess (which may split the candidates better than any that fits)."""
+        word = "".join(clean_action(action).lower().rstrip(" .").split())
+        if self.done or word not in vocabulary():
+            return False
+        return all(feedback(guess, word) == marks for guess, marks in self.history) or super().fits(action)
