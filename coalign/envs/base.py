@@ -92,10 +92,11 @@ class TextEnv(ABC):
     def fits(self, action: str) -> bool:
         """Whether `action`, taken now, carries out a step this environment `delegates`: the expert's own next
         action does (case, spacing and a final full stop aside); an environment whose delegated steps admit
-        other actions says which."""
-        if self.done:
+        other actions says which. False where the expert has no next action."""
+        try:
+            return not self.done and _norm(action) == _norm(self.expert_action())
+        except RuntimeError:  # a state the expert cannot succeed from
             return False
-        return _norm(action) == _norm(self.expert_action())
 
 
 class PlannedEnv(TextEnv):
