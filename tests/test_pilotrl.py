@@ -3,6 +3,8 @@ observations masked from the loss, evaluation at each plan-update interval; resu
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from rich.console import Console
 from trl import SFTConfig, SFTTrainer
@@ -56,6 +58,12 @@ def test_the_expert_plans_evaluation_gives_the_executor_the_experts_plan(tmp_pat
         env.reset(row["seed"])
         assert row["turns"][0]["plan"] == env.expert_plan()  # the first plan block is the expert's, whole
         assert all(turn["plan_due"] and turn["plan"] for turn in row["turns"])  # one given at every step
+
+
+def test_a_context_longer_than_the_models_positions_is_warned_of(tmp_path):
+    console = Console(record=True, width=400, file=io.StringIO())
+    run_pilotrl(config(train_tasks=2, eval_tasks=1, eval_update_every=[1], max_context=640), tmp_path, console)
+    assert "pilotrl.max_context 640 is more than the model's max_position_embeddings 512" in console.export_text()
 
 
 def test_unknown_environments_are_refused_before_any_work(tmp_path):

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from transformers import AutoConfig
 
 from coalign.adaplan import expert_guide, model_planner, run_episodes
 from coalign.agents import Agent
@@ -192,6 +193,12 @@ def cold_start(run: Run, config: RunConfig, console: Console) -> str:
         console.print(
             f"[yellow]warning[/yellow]: the longest expert turn has {longest} tokens, more than "
             f"pilotrl.max_new_tokens {settings.max_new_tokens}: such turns are cut off at evaluation"
+        )
+    positions = getattr(AutoConfig.from_pretrained(out, trust_remote_code=trust), "max_position_embeddings", None)
+    if isinstance(positions, int) and settings.max_context > positions:
+        console.print(
+            f"[yellow]warning[/yellow]: pilotrl.max_context {settings.max_context} is more than the model's "
+            f"max_position_embeddings {positions}: later positions are extrapolated, as the model was not made for them"
         )
     return str(out)
 
