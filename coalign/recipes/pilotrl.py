@@ -27,7 +27,7 @@ from coalign.expert import LLMPlans, expert_conversation
 from coalign.formats import lumos_chat
 from coalign.grpo_stages import STAGES
 from coalign.pretraining.bases import starting_point
-from coalign.models import load_tokenizer, make_tiny_model
+from coalign.models import adapter_base, is_adapter, load_tokenizer, make_tiny_model
 from coalign.recipes.shared import prepare_run
 from coalign.rewards import llm_judge
 from coalign.rollout import RolloutSpec, prompt_rows
@@ -194,7 +194,10 @@ def cold_start(run: Run, config: RunConfig, console: Console) -> str:
             f"[yellow]warning[/yellow]: the longest expert turn has {longest} tokens, more than "
             f"pilotrl.max_new_tokens {settings.max_new_tokens}: such turns are cut off at evaluation"
         )
-    positions = getattr(AutoConfig.from_pretrained(out, trust_remote_code=trust), "max_position_embeddings", None)
+    model_folder = adapter_base(out) if is_adapter(out) else out
+    positions = getattr(
+        AutoConfig.from_pretrained(model_folder, trust_remote_code=trust), "max_position_embeddings", None
+    )
     if isinstance(positions, int) and settings.max_context > positions:
         console.print(
             f"[yellow]warning[/yellow]: pilotrl.max_context {settings.max_context} is more than the model's "
