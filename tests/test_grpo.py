@@ -22,7 +22,7 @@ from coalign.rollout import RolloutSpec, make_rollout_func, prompt_rows
 from coalign.runs import read_json
 from coalign.stages import grpo as grpo_module
 from coalign.stages.grpo import EpochSampler, StageTrainer, grpo_config, grpo_stage
-from tests.toy_env import killed_after_first_step
+from tests.toy_env import killed_after
 
 TINY = {"vocab_size": 300, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2,
         "intermediate_size": 64, "max_positions": 1024}  # fmt: skip
@@ -133,8 +133,8 @@ def whole(init, tmp_path_factory):
                           _spec(stage), seed=0)  # fmt: skip
 
 
-@pytest.mark.parametrize("killed_after", [1, 2, 3])  # mid first epoch, at the epoch boundary, mid second epoch
-def test_a_killed_stage_resumes_from_its_last_checkpoint(init, whole, tmp_path, monkeypatch, killed_after):
+@pytest.mark.parametrize("kill_at", [1, 2, 3])  # mid first epoch, at the epoch boundary, mid second epoch
+def test_a_killed_stage_resumes_from_its_last_checkpoint(init, whole, tmp_path, monkeypatch, kill_at):
     """The resumed run is the uninterrupted one, byte for byte, wherever it was killed: TRL's sampler draws
     each epoch's order from one generator run on, so resuming into a later epoch replayed the first epoch's
     order; ours draws it from (seed, epoch)."""
@@ -148,10 +148,10 @@ def test_a_killed_stage_resumes_from_its_last_checkpoint(init, whole, tmp_path, 
     assert any(not torch.equal(start[k], w) for k, w in _weights(whole).items())  # the weights moved
 
     monkeypatch.setattr(grpo_module, "reward_functions", _sampled_rewards)
-    monkeypatch.setattr(grpo_module, "StageTrainer", killed_after_first_step(StageTrainer, killed_after))
+    monkeypatch.setattr(grpo_module, "StageTrainer", killed_after(StageTrainer, kill_at))
     with pytest.raises(KeyboardInterrupt):
         grpo_stage(init, tmp_path / "resumed", rows, stage, settings, _spec(stage), seed=0)
-    assert (tmp_path / "resumed" / "trainer" / f"checkpoint-{killed_after}").is_dir()
+    assert (tmp_path / "resumed" / "trainer" / f"checkpoint-{kill_at}").is_dir()
     monkeypatch.setattr(grpo_module, "StageTrainer", StageTrainer)
     resumed = grpo_stage(init, tmp_path / "resumed", rows, stage, settings, _spec(stage), seed=0)
     log = read_json(resumed / "train_log.json")

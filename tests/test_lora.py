@@ -44,7 +44,7 @@ from coalign.stages.grpo import StageTrainer, grpo_stage
 from coalign.stages.sft import sft
 from tests.test_grpo import RL, TINY, _config, _spec
 from tests.test_moat import MOAT
-from tests.toy_env import killed_after_first_step
+from tests.toy_env import killed_after
 
 SPEC = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 PAIRS = [(3, 4), (15, 27), (8, 61), (5, 9)]
@@ -205,7 +205,7 @@ def test_a_lora_grpo_stage_trains_the_adapter_and_resumes_from_its_checkpoint(to
     assert any(t.abs().sum() > 0 for name, t in adapter.items() if "lora_B" in name)  # B starts at zero
     assert not torch.allclose(_logits(load_model(whole)), _logits(load_model(base)))
 
-    monkeypatch.setattr(grpo_module, "StageTrainer", killed_after_first_step(StageTrainer))
+    monkeypatch.setattr(grpo_module, "StageTrainer", killed_after(StageTrainer))
     with pytest.raises(KeyboardInterrupt):
         grpo_stage(base, tmp_path / "resumed", rows, stage, settings, _spec(stage), lora=lora)
     assert (tmp_path / "resumed" / "trainer" / "checkpoint-1" / "adapter_model.safetensors").is_file()

@@ -103,7 +103,7 @@ class ScriptedModel:
         return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows])
 
 
-def killed_after_first_step(trainer_class, steps: int = 1):
+def killed_after(trainer_class, steps: int = 1):
     """A trainer class that dies (as if killed) when it would start its optimizer step `steps` + 1."""
 
     class Killed(trainer_class):
