@@ -94,7 +94,7 @@ class TextEnv(ABC):
         action does (case, spacing and a final full stop aside); an environment whose delegated steps admit
         other actions says which. False where the expert has no next action."""
         try:
-            return not self.done and _norm(action) == _norm(self.expert_action())
+            return not self.done and plain_action(action) == plain_action(self.expert_action())
         except RuntimeError:  # a state the expert cannot succeed from
             return False
 
@@ -117,8 +117,14 @@ class PlannedEnv(TextEnv):
         return [words for _, words in self._plan()]
 
 
-def _norm(action: str) -> str:
+def plain_action(action: str) -> str:
+    """An action as compared: cleaned, lower case, no final full stop."""
     return clean_action(action).lower().rstrip(" .")
+
+
+def plain_step(step: str) -> str:
+    """A plan step as compared with a step text: lower case, whitespace squeezed, no final full stop."""
+    return " ".join(str(step).lower().split()).rstrip(".")
 
 
 def clean_action(text: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from coalign.envs.base import PlannedEnv
+from coalign.envs.base import PlannedEnv, plain_step
 from coalign.envs.text import match_action, step_text
 
 NOTHING = "Nothing happened."
@@ -303,4 +303,4 @@ class LookingIQAEnv(IQAEnv):
     def delegates(self, step: str) -> bool:
         """This task's answer-after-looking step exactly (case, spacing and a final full stop aside): the
         expert answers there once the subject has been seen, and otherwise takes its next step."""
-        return " ".join(str(step).lower().split()).rstrip(".") == self._question().lower().rstrip(".")
+        return plain_step(step) == plain_step(self._question())

@@ -28,7 +28,7 @@ from importlib import resources
 
 import numpy as np
 
-from coalign.envs.base import TextEnv, clean_action
+from coalign.envs.base import TextEnv, plain_action, plain_step
 
 TRIES = 6
 ABSTRACT_STEP = "guess a word that fits the feedback"
@@ -197,12 +197,12 @@ class WordleEnv(TextEnv):
 
     def delegates(self, step: str) -> bool:
         """The abstract step exactly (case, spacing and a final full stop aside): nothing else passes."""
-        return " ".join(str(step).lower().split()).rstrip(".") == ABSTRACT_STEP
+        return plain_step(step) == ABSTRACT_STEP
 
     def fits(self, action: str) -> bool:
         """A word of the vocabulary that could still be the answer given every feedback so far (the step says
         so), or the expert's guess (which may split the candidates better than any that fits)."""
-        word = "".join(clean_action(action).lower().rstrip(" .").split())
+        word = plain_action(action).replace(" ", "")
         if self.done or word not in vocabulary():
             return False
         return all(feedback(guess, word) == marks for guess, marks in self.history) or super().fits(action)
