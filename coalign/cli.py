@@ -140,6 +140,15 @@ def pretrain(
     )
 
 
+def _checkpoint(given: str | None) -> str | None:
+    """A model to evaluate as given, with a shipped base's name read as its folder (not a hub id)."""
+    from coalign.pretraining.bases import SCRATCH, starting_point
+
+    if given in SCRATCH:
+        raise RunError(f"{given}: a from-scratch model exists only inside a run; give a checkpoint or a base")
+    return None if given is None else starting_point(given)
+
+
 @app.command("eval")
 def eval_(
     config: ConfigArg,
@@ -157,6 +166,10 @@ def eval_(
     from coalign.recipes.shared import evaluate_run, prepare_run
 
     cfg = _config(config, set_, skip_bad_rows)
+    try:
+        planner, grounder, model = (_checkpoint(given) for given in (planner, grounder, model))
+    except RunError as err:
+        raise _fail(err) from None
     entry = recipe(cfg.recipe)
     if entry.evaluate:
         try:

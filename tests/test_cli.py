@@ -106,6 +106,18 @@ def test_eval_of_a_missing_run_folder_is_a_clear_error(tmp_path):
     assert not missing.exists()  # nothing created
 
 
+def test_eval_reads_a_shipped_base_name_as_its_folder_not_a_hub_id(tmp_path):
+    from coalign.cli import _checkpoint
+    from coalign.pretraining.bases import base_path, shipped_bases
+
+    name = shipped_bases()[0]
+    assert _checkpoint(name) == str(base_path(name))
+    assert _checkpoint(str(tmp_path / "ckpt")) == str(tmp_path / "ckpt") and _checkpoint(None) is None
+    result = runner.invoke(app, ["eval", "tiny", "--run-dir", str(tmp_path / "run"), "--grounder", "scratch"])
+    assert result.exit_code == 2 and "scratch: a from-scratch model exists only inside a run" in result.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_data_suite_writes_the_qa_family_as_lumos_rows_that_load_back(tmp_path):
     from coalign.tasks.lumos import load_lumos_tasks
     from coalign.tasks.qa_suite import generate_qa_suite
