@@ -206,7 +206,7 @@ DEMO_SETTINGS = [
     "planner_sft.epochs=0.5", "grounder_sft.epochs=0.5", "moat.rounds=1", "moat.tasks=100",
     "grounder_round_sft.epochs=1",
 ]  # fmt: skip
-# `coalign bench tiny-pilotrl` trains on 100 episodes per environment for 3 epochs, evaluates 10 per environment
+# `coalign bench tiny-pilotrl` trains on 200 episodes per environment for 3 epochs, evaluates 10 per environment
 PILOTRL_DEMO_SETTINGS = [
     "pilotrl.train_tasks=50", "pilotrl.sft.epochs=2", "pilotrl.eval_tasks=5", "pilotrl.eval_update_every=[1]"
 ]  # fmt: skip
