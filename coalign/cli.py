@@ -46,11 +46,20 @@ def _overrides(pairs: list[str]) -> dict:
         key, sep, value = pair.partition("=")
         if not sep:
             raise typer.BadParameter(f"--set needs key=value, got {pair!r}")
+        parts = key.split(".")
+        if not all(parts):
+            raise typer.BadParameter(f"--set needs a dotted key such as planner_sft.epochs, got {key!r}")
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or "not valid YAML"
+            raise typer.BadParameter(f"--set {key}: the value {value!r} is not valid YAML ({problem})") from None
         node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
+        for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
+            if not isinstance(node, dict):
+                raise typer.BadParameter(f"--set {key}: {part} is given a value by another --set")
+        node[parts[-1]] = parsed
     return out
 
 

@@ -529,7 +529,7 @@ def load_config(name_or_path: str | Path, overrides: dict | None = None) -> RunC
 
 def load_settings(path: Path, model: type[Settings], overrides: dict | None = None):
     """Read the YAML at `path` into `model`; an invalid field is a ConfigError naming the file, line and key."""
-    text = path.read_text()
+    text = _read_text(path)
     try:
         raw = yaml.safe_load(text) or {}
         root = yaml.compose(text)
@@ -552,6 +552,17 @@ def load_settings(path: Path, model: type[Settings], overrides: dict | None = No
                 msg = SECRET_KEY if str(loc[-1]).lower() in SECRET_OPTIONS else "unknown key (typo?)"
             lines.append(f"{where}: field '{key}': {msg}")
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; undecodable bytes or an unreadable path are a ConfigError naming the file (and line)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}, line {line}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
 
 
 def _merge(base: dict, top: dict) -> dict:

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -34,6 +35,23 @@ def test_train_with_misspelt_key_exits_with_file_line_and_key(tmp_path):
     result = runner.invoke(app, ["train", str(config), "--run-dir", str(tmp_path / "run")])
     assert result.exit_code == 2
     assert "line 6" in result.output and "grounder_sft.epoch" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["planner_sft.epochs=[["], "not valid YAML"),
+        (["planner_sft..epochs=2"], "dotted key"),
+        (["planner_sft=3", "planner_sft.epochs=2"], "given a value by another --set"),
+    ],
+)
+def test_a_bad_set_is_a_usage_error_naming_it(tmp_path, sets, message):
+    args = ["train", "tiny", "--run-dir", str(tmp_path / "run")]
+    for pair in sets:
+        args += ["--set", pair]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and message in " ".join(result.output.replace("│", " ").split())
     assert not (tmp_path / "run").exists()
 
 

@@ -46,6 +46,19 @@ def test_wrong_type_names_field(tmp_path):
     assert "data.train.0.n" in str(err.value) and "line 4" in str(err.value)
 
 
+def test_a_config_that_is_not_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(b"name: x\nrecipe: moat\nnote: caf\xe9\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(path) in str(err.value) and "line 3" in str(err.value) and "UTF-8" in str(err.value)
+
+
+def test_a_config_path_that_is_a_folder_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path)
+
+
 def test_source_missing_path_is_refused(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("name: x\ndata:\n  train:\n    - {kind: gsm8k}\n")
