@@ -135,6 +135,14 @@ def test_shipping_and_finding_a_base_by_name(mini_run: Path, tmp_path: Path, mon
         bases.starting_point("mini")
 
 
+def test_a_missing_model_folder_is_named_while_a_hub_id_passes_as_given(tmp_path: Path) -> None:
+    for missing in (str(tmp_path / "no-such-model"), "./runs/x/checkpoints/sft", "a/b/c", "~/nothing-here"):
+        with pytest.raises(RunError, match="no such model folder"):
+            bases.starting_point(missing)
+    assert bases.starting_point("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
+    assert bases.starting_point(str(tmp_path)) == str(tmp_path)
+
+
 def test_shipping_refuses_unfinished_and_oversized_bases(mini_run: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(bases, "BASES", tmp_path / "bases")
     with pytest.raises(RunError, match="not a finished base"):

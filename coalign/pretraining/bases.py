@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def ship_base(source: str | Path, name: str) -> Path:
 
 
 SCRATCH = ("scratch", "tiny")  # `tiny` is the older name of `scratch`
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # a name that may be a hub id when no folder has it
 
 
 def starting_point(name: str) -> str | None:
@@ -81,6 +83,11 @@ def starting_point(name: str) -> str | None:
         return None
     folder = base_path(name)
     if folder is None:
+        if not Path(name).expanduser().exists() and not HUB_ID.fullmatch(name):
+            raise RunError(
+                f"{name}: no such model folder, and not a shipped base ({', '.join(shipped_bases()) or 'none'}) "
+                "or a hub id (owner/name)"
+            )
         return name
     verify_base(folder)
     return str(folder)

@@ -148,6 +148,7 @@ def run_pilotrl(
             raise RunError(f"pilotrl.heldin/heldout: {err}") from None
     if start is not None and not settings.rl:
         raise RunError("a start checkpoint is for the GRPO stages, and pilotrl.rl is not set")
+    starting_point(settings.model)  # a missing model folder stops the run before any stage, not after the expert's
     run = prepare_run(config, run_dir, console, force)
     model, planner = start or cold_start(run, config, console), None
     if settings.rl:
