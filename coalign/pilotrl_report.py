@@ -24,6 +24,7 @@ NAMES = {
     "order_213": "2->1->3",
     "isolated": "isolated planner + executor",
 }
+PLAN_MEASURES = ("plan_correct",)  # measured on AdaPlan runs only: ReAct writes no plan
 # (variant, baseline) pairs compared per seed when both ran: the paper's claims, then its ablations
 ABLATIONS = ("order_all", "order_23", "order_13", "order_12", "order_213", "isolated")
 PAIRS = [("adaplan", "react"), ("pilotrl", "adaplan"), ("vanilla_rl", "react"), ("pilotrl", "vanilla_rl"),
@@ -51,7 +52,7 @@ def success_table(results: dict, measure: str = "success", k: str = "k1") -> str
     rows = []
     for variant in results["runs"]:
         blocks = [b for b in _runs(results, variant, k) if measure in b["heldin"] or measure in b["heldout"]]
-        if not blocks and k != "k1":
+        if not blocks and (k != "k1" or measure in PLAN_MEASURES):
             continue
         cells = [_fmt([b["envs"][e][measure] for b in blocks]) for e in envs]
         cells += [_fmt([b[split][measure] for b in blocks if b[split]]) for split in ("heldin", "heldout")]
@@ -130,6 +131,12 @@ def report_markdown(results: dict) -> str:
         " malformed), the GRPO format reward's measure:",
         success_table(results, "well_formed"),
     ]
+    if any(b["heldin"].get("plan_correct") is not None for v in results["runs"] for b in _runs(results, v)):
+        parts += [
+            "First plans that solve their task when followed step by step on their own (%, AdaPlan: the plan "
+            "quality's correctness; the planner's half of the episode, whatever the executor then did):",
+            success_table(results, "plan_correct"),
+        ]
     pairs = [pair for pair in PAIRS if set(pair) <= set(results["runs"])]
     if pairs:
         parts += ["Paired by seed (the GRPO runs of a seed start from its SFT run):"]

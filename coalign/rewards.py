@@ -50,7 +50,7 @@ from typing import Any, NamedTuple
 
 from coalign.envs import REGISTRY, TextEnv, env_class, make_env
 from coalign.envs.base import MAX_ACTION_CHARS, clean_action
-from coalign.expert import PlanQuality, plan_quality
+from coalign.expert import PlanQuality, follow_plan, plan_quality
 from coalign.critic_options import split_judge_options
 from coalign.stages.critic import FAILURE_KINDS, RETRYABLE, CallError, Complete, OpenAIChat
 
@@ -337,17 +337,33 @@ class LLMJudge:
 # --------------------------------------------------------------------------- plan quality
 
 
-def plan_score(record: Any, judge: LLMJudge | None = None) -> float:
-    """Quality of the first plan the model wrote, by rule or by `judge` (the rule's score where it gives
-    none), (total - 3) / 12 in [0, 1]; the minimum for no plan (ReAct), a malformed plan, or a plan that
-    names no action (module docstring), which no judge is asked about."""
+def first_plan(record: Any) -> tuple[TextEnv, list[str]] | None:
+    """The record's task freshly reset and the first plan the model wrote in it; None for no plan (ReAct, a
+    first turn that wrote none), a malformed plan, or a plan that names no action (module docstring)."""
     turns = _turns(record)
     plan = turns[0].get("plan") if turns and isinstance(turns[0], Mapping) else None
     if not isinstance(plan, list) or not plan or not all(_sane(step) for step in plan):
-        return 0.0
+        return None
     env = _fresh_env(record)
     if env is None or len(plan) > env.max_steps or all(env.plan_action(step) is None for step in plan):
+        return None
+    return env, plan
+
+
+def first_plan_correct(record: Any) -> bool:
+    """Whether the first plan the model wrote solves its task followed step by step on its own (the plan
+    quality's correctness at 5): the planner's half of an episode, whatever the executor then did."""
+    found = first_plan(record)
+    return found is not None and follow_plan(*found)
+
+
+def plan_score(record: Any, judge: LLMJudge | None = None) -> float:
+    """Quality of the first plan the model wrote, by rule or by `judge` (the rule's score where it gives
+    none), (total - 3) / 12 in [0, 1]; the minimum where `first_plan` finds none, and no judge is asked."""
+    found = first_plan(record)
+    if found is None:
         return 0.0
+    env, plan = found
     quality = plan_quality(env, plan)
     if judge is not None:  # plan_quality works on copies: `env` is still at the start, its reset is cheap
         quality = judge.plan(f"{env.instructions}\n{env.reset(record['seed'])}", plan, quality)

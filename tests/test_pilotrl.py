@@ -92,8 +92,16 @@ def test_summaries_average_each_measure():
     ok, bad = {"errors": []}, {"errors": ["no Action: line"]}
     rows = [{"success": True, "reward": 1.0, "steps": 3, "tokens": 40, "stop": "success", "turns": [ok] * 3},
             {"success": False, "reward": 0.0, "steps": 8, "tokens": 100, "stop": "limit", "turns": [bad]}]  # fmt: skip
-    assert summarise(rows) == {"tasks": 2, "success": 50.0, "reward": 0.5, "steps": 5.5, "tokens": 70.0,
-                               "well_formed": 75.0, "stops": {"success": 1, "limit": 1}}  # fmt: skip
+    assert summarise(rows) == {
+        "tasks": 2,
+        "success": 50.0,
+        "reward": 0.5,
+        "steps": 5.5,
+        "tokens": 70.0,
+        "well_formed": 75.0,
+        "stops": {"success": 1, "limit": 1},
+        "plan_correct": None,
+    }  # fmt: skip  (no AdaPlan episode: no plan to judge)
     assert summarise([{**rows[1], "turns": []}])["well_formed"] == 0.0
 
 

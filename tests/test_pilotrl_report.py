@@ -62,6 +62,20 @@ def test_runs_evaluated_with_the_experts_plans_get_their_own_tables():
     assert "every 1 step(s)" in update_table(results) and "expert" not in update_table(results)
 
 
+def test_first_plan_correctness_gets_a_table_for_adaplan_runs_only():
+    assert "First plans" not in report_markdown(RESULTS)  # runs evaluated before the measure
+    planned = {
+        seed: {"k1": {**run["k1"], "heldin": {**run["k1"]["heldin"], "plan_correct": 20.0 * (1 + int(seed))},
+                      "heldout": {**run["k1"]["heldout"], "plan_correct": 0.0},
+                      "envs": {e: {**m, "plan_correct": 10.0} for e, m in run["k1"]["envs"].items()}}}
+        for seed, run in RESULTS["runs"]["adaplan"].items()
+    }  # fmt: skip
+    text = report_markdown({**RESULTS, "runs": {**RESULTS["runs"], "adaplan": planned}})
+    table = text[text.index("First plans") :].split("\n\n")[1]
+    assert "| SFT (AdaPlan) | 10.0 ± 0.0 | 10.0 ± 0.0 | 30.0 ± 14.1 | 0.0 ± 0.0 |" in table
+    assert "SFT (ReAct)" not in table
+
+
 @pytest.mark.parametrize("name", [*HELDIN, *HELDOUT])
 @pytest.mark.parametrize("mode", ["adaplan", "react"])
 def test_expert_episodes_parse_on_every_environment(name, mode):

@@ -29,7 +29,7 @@ from coalign.grpo_stages import STAGES
 from coalign.pretraining.bases import starting_point
 from coalign.models import adapter_base, is_adapter, load_tokenizer, make_tiny_model
 from coalign.recipes.shared import prepare_run
-from coalign.rewards import llm_judge
+from coalign.rewards import first_plan_correct, llm_judge
 from coalign.rollout import RolloutSpec, prompt_rows
 from coalign.runs import Run, atomic_dir, read_json, write_json, write_jsonl
 from coalign.stages.critic import OpenAIChat
@@ -61,7 +61,8 @@ def plan_llm(settings: PilotRLSettings) -> LLMPlans | None:
 
 def summarise(episodes: list[dict]) -> dict:
     """Success rate (%), mean reward, steps and generated tokens per task, the share of turns written in
-    the format (%, none when no turn was taken), and how episodes stopped."""
+    the format (%, none when no turn was taken), how episodes stopped and, for AdaPlan, the share of first
+    plans that solve their task followed on their own (%): a planning failure told from an acting one."""
     n = len(episodes)
     stops: dict[str, int] = {}
     for e in episodes:
@@ -75,13 +76,24 @@ def summarise(episodes: list[dict]) -> dict:
         "tokens": sum(e["tokens"] for e in episodes) / n,
         "well_formed": 100 * sum(not t["errors"] for t in turns) / len(turns) if turns else 0.0,
         "stops": stops,
+        "plan_correct": (
+            100 * sum(first_plan_correct(e) for e in episodes) / n
+            if all(e.get("mode") == "adaplan" for e in episodes)
+            else None
+        ),
     }
 
 
 def split_average(per_env: dict[str, dict], names: list[str]) -> dict:
     """Unweighted mean over a split's environments (the paper's ID / OOD averages)."""
-    keys = ("success", "reward", "steps", "tokens", "well_formed")
-    return {k: sum(per_env[n][k] for n in names) / len(names) for k in keys} if names else {}
+    keys = ("success", "reward", "steps", "tokens", "well_formed", "plan_correct")
+    if not names:
+        return {}
+    return {
+        k: sum(per_env[n][k] for n in names) / len(names)
+        for k in keys
+        if all(per_env[n].get(k) is not None for n in names)
+    }
 
 
 def eval_metrics(rows: list[dict], settings: PilotRLSettings, every: int, rl_order: list[str] | None) -> dict:
