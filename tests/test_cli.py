@@ -130,7 +130,10 @@ def test_eval_reads_a_shipped_base_name_as_its_folder_not_a_hub_id(tmp_path):
 
     name = shipped_bases()[0]
     assert _checkpoint(name) == str(base_path(name))
+    (tmp_path / "ckpt").mkdir()
     assert _checkpoint(str(tmp_path / "ckpt")) == str(tmp_path / "ckpt") and _checkpoint(None) is None
+    missing = runner.invoke(app, ["eval", "tiny", "--run-dir", str(tmp_path / "run"), "--planner", str(tmp_path / "x")])
+    assert missing.exit_code == 2 and "no such model folder" in missing.output
     result = runner.invoke(app, ["eval", "tiny", "--run-dir", str(tmp_path / "run"), "--grounder", "scratch"])
     assert result.exit_code == 2 and "scratch: a from-scratch model exists only inside a run" in result.output
     assert not (tmp_path / "run").exists()
