@@ -160,16 +160,17 @@ def run_pilotrl(
             raise RunError(f"pilotrl.heldin/heldout: {err}") from None
     if start is not None and not settings.rl:
         raise RunError("a start checkpoint is for the GRPO stages, and pilotrl.rl is not set")
-    starting_point(settings.model)  # a missing model folder stops the run before any stage, not after the expert's
+    init = starting_point(settings.model)  # a missing model folder stops the run here, before any stage
     run = prepare_run(config, run_dir, console, force)
-    model, planner = start or cold_start(run, config, console), None
+    model, planner = start or cold_start(run, config, console, init), None
     if settings.rl:
         model, planner = grpo_stages(run, config, model, console)
     return evaluate_all(run, config, model, console, settings.rl.order if settings.rl else None, planner)
 
 
-def cold_start(run: Run, config: RunConfig, console: Console) -> str:
-    """The expert's episodes, a tiny model when asked for one, SFT on the episodes; the checkpoint's path."""
+def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) -> str:
+    """The expert's episodes, a tiny model when `init` is None (`bases.starting_point`), SFT on the episodes;
+    the checkpoint's path."""
     settings, trust = config.pilotrl, config.models.trust_remote_code
     episodes = run.path("data", "train_episodes.jsonl")
 
@@ -181,7 +182,6 @@ def cold_start(run: Run, config: RunConfig, console: Console) -> str:
 
     run.stage("expert_episodes", expert_episodes, [episodes])
     conversations = [row["messages"] for _, row in read_jsonl(episodes)]
-    init = starting_point(settings.model)
     if init is None:
         init = str(run.path("models", "tiny-init"))
 
