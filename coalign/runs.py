@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from coalign import ranks
@@ -150,6 +150,18 @@ def digest_changes(want: dict, got: dict) -> str:
     return ", ".join(f"{k} {_show(k, want.get(k))} -> {_show(k, got.get(k))}" for k in keys)
 
 
+def _plain(settings: Mapping) -> dict:
+    """`settings` as JSON would read them back (tuples as lists, keys as strings), so a record compares equal
+    to the settings it was written from."""
+    return json.loads(json.dumps(settings, sort_keys=True))
+
+
+def _setting_changes(recorded: dict, now: dict) -> list[str]:
+    """One line per setting that differs between a stage's record and now: `settings eval_tasks: 5 -> 10`."""
+    keys = sorted(set(recorded) | set(now))
+    return [f"setting {k}: {recorded.get(k)!r} -> {now.get(k)!r}" for k in keys if recorded.get(k) != now.get(k)]
+
+
 class Run:
     """A run folder. Stage `name` is done when `stages/name.json` exists and its manifest still holds."""
 
@@ -184,15 +196,24 @@ class Run:
                 out.append(f"{name}: {changes}")
         return out
 
-    def is_done(self, stage: str) -> bool:
-        """Finished, with every artifact it wrote and every input it read as recorded. Otherwise the
-        record is removed (the stage must be redone) and what differs is logged."""
+    def _config_sha(self) -> str | None:
+        config = self.path("config.yaml")
+        return hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else None
+
+    def is_done(self, stage: str, settings: Mapping | None = None) -> bool:
+        """Finished, with every artifact it wrote and every input it read as recorded, and under the same
+        `settings` when the stage has them. Otherwise the record is removed (the stage must be redone) and
+        what differs is logged."""
         marker = self._marker(stage)
         if not marker.exists():
             return False
         try:
             record = read_json(marker)
             problems = self.problems(record["artifacts"]) + [f"input {p}" for p in self.problems(record["inputs"])]
+            if settings is not None and "settings" in record:
+                problems += _setting_changes(record["settings"], _plain(settings))
+            elif settings is not None and record["config_sha256"] != self._config_sha():
+                problems.append("its settings were not recorded and the config has changed since it ran")
         except (ValueError, KeyError, TypeError) as err:
             problems = [f"{marker.name} is not a readable manifest ({type(err).__name__}: {err})"]
         if not problems:
@@ -208,19 +229,22 @@ class Run:
         info: dict | None = None,
         started: float | None = None,
         inputs: Iterable[str | Path] = (),
+        settings: Mapping | None = None,
     ) -> None:
         """Record `stage` as finished: the files it wrote (`artifacts`, files or folders) and read (`inputs`)
-        with their digests, and the sha256 of the config it ran under (stages kept by a forced resume
-        after a config change keep the old one)."""
-        config = self.path("config.yaml")
+        with their digests, the settings that define its result (`settings`, checked on resume), and the
+        sha256 of the config it ran under (stages kept by a forced resume after a config change keep the
+        old one)."""
         record = {
             "stage": stage,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             **(info or {}),
-            "config_sha256": hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else None,
+            "config_sha256": self._config_sha(),
             "artifacts": self.manifest(artifacts),
             "inputs": self.manifest(inputs),
         }
+        if settings is not None:
+            record["settings"] = _plain(settings)
         if started is not None:
             record["seconds"] = round(time.time() - started, 2)
         write_json(self._marker(stage), record)
@@ -231,18 +255,22 @@ class Run:
         work: Callable[[], dict | None],
         artifacts: Iterable[str | Path],
         inputs: Iterable[str | Path] = (),
+        settings: Mapping | None = None,
     ) -> None:
         """Run stage `name` unless it is done: `work()` writes `artifacts` from `inputs` and returns the
         record's info; then the stage is marked done. A stage body is only its work, and one that raises
-        is not marked, so a rerun redoes it. In a multi-process run every rank runs the work (its loops share
+        is not marked, so a rerun redoes it. `settings` (JSON values) are what the stage's result depends on
+        beyond its input files, an evaluation's task sets and budgets: a stage finished under others is
+        redone, even by a forced resume that keeps finished stages, so a result is never reported for
+        settings it was not measured under. In a multi-process run every rank runs the work (its loops share
         it, `ranks.share`), the main rank decides whether the stage is done and marks it, and all wait for
         that before reading what it wrote."""
-        if ranks.decided(lambda: self.is_done(name)):
+        if ranks.decided(lambda: self.is_done(name, settings)):
             return
         started = time.time()
         info = work()
         if ranks.is_main():
-            self.mark_done(name, artifacts, info, started, inputs=inputs)
+            self.mark_done(name, artifacts, info, started, inputs=inputs, settings=settings)
         ranks.barrier()
 
     def stage_info(self, stage: str) -> dict:

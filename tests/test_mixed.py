@@ -110,3 +110,22 @@ def test_bundled_mixed_config_generates_and_trains_on_the_longest_gold_text():
     assert max(plan_all, ground_all) <= min(config.planner_sft.max_length, config.grounder_sft.max_length)
     assert ground_end > 100  # QA actions: far past tiny's 64-token limit
     assert {s.kind for s in config.data.train} == {"suite", "qa_suite"}
+
+
+def test_a_forced_resume_with_other_evaluation_sets_evaluates_them(mixed_run, tmp_path):
+    """Stages a forced resume keeps stay kept, but an evaluation is redone once its sets change: round 0's
+    numbers must be those of the sets the config now names."""
+    import shutil
+
+    from coalign.recipes.shared import evaluate_run, prepare_run
+
+    run_dir, _ = mixed_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    fewer = {**MIXED, "data": {**MIXED["data"], "heldin": [{"kind": "suite", "split": "heldin", "n": 3}]}}
+    config = load_config("tiny", fewer)
+    run = prepare_run(config, copy, Console(quiet=True), force=True, trains=False)
+    planner, grounder = (str(copy / "checkpoints" / f"{agent}_sft") for agent in ("planner", "grounder"))
+    block = evaluate_run(run, config, planner, grounder, Console(quiet=True), name="round0_eval")["heldin"]
+    assert list(block["sets"]) == ["suite-heldin"] and block["sets"]["suite-heldin"]["n"] == 3
+    assert run.is_done("planner_sft")  # training stages are kept, as --force promises

@@ -181,6 +181,21 @@ def test_eval_of_a_run_evaluates_what_it_trained_last(tmp_path):
     assert final_models(tmp_path, iso) == (checkpoints / "grpo1-executor", checkpoints / "grpo2-planner_isolated")
 
 
+def test_a_forced_eval_with_other_tasks_measures_them_not_the_old_ones(tmp_path):
+    """`coalign eval --force --set pilotrl.eval_tasks=N` keeps the trained stages but evaluates again: an
+    evaluation kept from the old config would report its task set as the new one's."""
+    from coalign.recipes.pilotrl import evaluate_checkpoint
+
+    cfg = config(train_tasks=4, eval_tasks=2, sft={**SFT, "epochs": 1})
+    assert run_pilotrl(cfg, tmp_path, Console(quiet=True))["k1"]["envs"]["toy"]["tasks"] == 2
+    sft = (tmp_path / "stages" / "sft.json").read_text()
+    more = cfg.model_copy(update={"pilotrl": cfg.pilotrl.model_copy(update={"eval_tasks": 3})})
+    results = evaluate_checkpoint(more, tmp_path, None, Console(quiet=True), force=True)
+    assert results["k1"]["envs"]["toy"]["tasks"] == 3
+    assert len(list(read_jsonl(tmp_path / "eval_k1" / "episodes.jsonl"))) == 3
+    assert (tmp_path / "stages" / "sft.json").read_text() == sft  # training is kept
+
+
 def test_longest_turn_counts_the_model_turns_only():
     from coalign.models import train_tokenizer
     from coalign.recipes.pilotrl import longest_turn

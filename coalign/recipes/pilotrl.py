@@ -113,6 +113,14 @@ def eval_metrics(rows: list[dict], settings: PilotRLSettings, every: int, rl_ord
     }
 
 
+def eval_settings(settings: PilotRLSettings) -> dict:
+    """What an evaluation's episodes depend on besides the checkpoints and the plan-update interval (in the
+    stage's name): the environments, the tasks and the budgets."""
+    return settings.model_dump(
+        mode="json", include={"heldin", "heldout", "mode", "eval_tasks", "eval_seed", "max_new_tokens", "max_context"}
+    )
+
+
 def evaluate(
     run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool,
     rl_order: list[str] | None, planner: str | None = None, expert_plans: bool = False,
@@ -141,7 +149,8 @@ def evaluate(
         write_jsonl(run.path(name, "episodes.jsonl"), rows)
         write_json(run.path(name, "metrics.json"), eval_metrics(rows, settings, every, rl_order))
 
-    run.stage(name, work, [run.path(name)], inputs=[model_path, *([planner] if planner else [])])
+    run.stage(name, work, [run.path(name)], inputs=[model_path, *([planner] if planner else [])],
+              settings=eval_settings(settings))  # fmt: skip
     # recomputed from the episodes, so a run evaluated before a measure was added reports it too
     return eval_metrics([row for _, row in read_jsonl(run.path(name, "episodes.jsonl"))], settings, every, rl_order)
 

@@ -32,7 +32,8 @@ from coalign.tasks.sources import load_data, report_skipped, source_name
 
 def record_config(run: Run, config: RunConfig, force: bool = False) -> None:
     """Save the run's config. A run folder holding a different one is refused, naming the keys that differ,
-    unless `force`: then the old config is kept in `config.history/` and finished stages stay finished."""
+    unless `force`: then the old config is kept in `config.history/` and finished stages stay finished (but
+    an evaluation whose settings changed: `Run.stage`)."""
     text, saved = config_to_yaml(config), run.path("config.yaml")
     old = saved.read_text() if saved.exists() else None
     if old == text:
@@ -43,7 +44,7 @@ def record_config(run: Run, config: RunConfig, force: bool = False) -> None:
         raise SystemExit(
             f"{saved} holds a different config:{listed}\n"
             "resume with the same config, use a new --run-dir, or pass --force to go on with the new config"
-            " (finished stages are kept)"
+            " (finished stages are kept; evaluations whose sets or budgets changed are redone)"
         )
     if changes:
         history = run.path("config.history")
@@ -168,8 +169,21 @@ def evaluate_run(
         write_json(run.path(name, "metrics.json"), results)
         return {}
 
-    run.stage(name, evaluate, [run.path(name)], inputs=[planner_path, grounder_path])
+    run.stage(name, evaluate, [run.path(name)], inputs=[planner_path, grounder_path], settings=eval_settings(config))
     return read_json(run.path(name, "metrics.json"))
+
+
+def eval_settings(config: RunConfig) -> dict:
+    """What an evaluation's numbers depend on besides its two checkpoints: the sets, how bad rows are
+    handled, the evaluation budgets and the generation backend."""
+    data = config.data.model_dump(mode="json")
+    return {
+        "heldin": data["heldin"],
+        "heldout": data["heldout"],
+        "skip_bad_rows": data["skip_bad_rows"],
+        "eval": config.eval.model_dump(mode="json"),
+        "generation": config.generation.model_dump(mode="json") if config.generation else None,
+    }
 
 
 def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str, console: Console) -> str:
