@@ -157,7 +157,7 @@ def _plain(settings: Mapping) -> dict:
 
 
 def _setting_changes(recorded: dict, now: dict) -> list[str]:
-    """One line per setting that differs between a stage's record and now: `settings eval_tasks: 5 -> 10`."""
+    """One line per setting that differs between a stage's record and now: `setting eval_tasks: 5 -> 10`."""
     keys = sorted(set(recorded) | set(now))
     return [f"setting {k}: {recorded.get(k)!r} -> {now.get(k)!r}" for k in keys if recorded.get(k) != now.get(k)]
 
