@@ -32,6 +32,19 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return mean(values), (stdev(values) if len(values) > 1 else 0.0)
 
 
+def paired_t(diffs: list[float]) -> str:
+    """The paired t statistic of per-seed differences: "-" from one seed or when the differences are all equal."""
+    if len(diffs) < 2 or stdev(diffs) == 0:
+        return "-"
+    return f"{mean(diffs) / (stdev(diffs) / len(diffs) ** 0.5):.2f}"
+
+
+def paired_diff(a: float, b: float) -> float:
+    """a - b without float noise: equal averages reached by different sums give 0.0 (not ±1e-15, a "-0.0"
+    cell, or a t of 1e16 from differences equal but for their last bit)."""
+    return round(a - b, 9) + 0.0
+
+
 def fmt(values: list[float], percent: bool = True) -> str:
     if not values:
         return "-"
@@ -212,7 +225,7 @@ def per_round_table(results: dict, recipes: list[str]) -> str:
 def paired_table(results: dict, recipes: list[str], baseline: str = "lumos") -> str:
     """Each recipe minus the baseline, seed by seed: recipes of a seed share the cold start, so this pairs them."""
     final = rounds_of(results)[-1]
-    seeds = [str(s) for s in results.get("seeds", [])]
+    seeds = [str(s) for s in dict.fromkeys(results.get("seeds", []))]  # a seed given twice is one pair
     rows = []
     for recipe in recipes:
         if recipe == baseline or recipe not in results["runs"] or baseline not in results["runs"]:
@@ -224,10 +237,11 @@ def paired_table(results: dict, recipes: list[str], baseline: str = "lumos") -> 
                  .get("accuracy") for r in (recipe, baseline)]
                 for s in seeds
             ]  # fmt: skip
-            diffs[split] = [a - b for a, b in pairs if a is not None and b is not None]
-            row += [" / ".join(f"{100 * d:+.1f}" for d in diffs[split]), fmt(diffs[split])]
+            diffs[split] = [paired_diff(a, b) for a, b in pairs if a is not None and b is not None]
+            row += [" / ".join(f"{100 * d:+.1f}" for d in diffs[split]), fmt(diffs[split]), paired_t(diffs[split])]
         rows.append(row)
-    headers = ["difference (points)", "held-in, per seed", "held-in mean", "held-out, per seed", "held-out mean"]
+    headers = ["difference (points)", "held-in, per seed", "held-in mean", "held-in t"]
+    headers += ["held-out, per seed", "held-out mean", "held-out t"]
     return _table(headers, rows)
 
 

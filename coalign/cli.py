@@ -293,7 +293,10 @@ def bench(
     or, for a pilotrl config, SFT AdaPlan vs ReAct (tables of the paper's Tables 1, 9 and 10)."""
     names = [r.strip() for r in recipes.split(",") if r.strip()]
     names += [f"moat_k{k}" for k in _ints(k_sweep, "--k-sweep")]
-    _bench(config, run_dir, _ints(seeds, "--seeds"), names, workers, set_, name, force, skip_bad_rows)
+    seed_list = _ints(seeds, "--seeds")
+    if len(set(seed_list)) != len(seed_list):  # a seed twice would run twice and count twice in the paired t
+        raise typer.BadParameter(f"--seeds lists a seed more than once: {seeds!r}")
+    _bench(config, run_dir, seed_list, names, workers, set_, name, force, skip_bad_rows)
 
 
 @app.command()

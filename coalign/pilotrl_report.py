@@ -7,9 +7,7 @@ a run's metrics hold one block per plan-update interval ("k1", "k2", ...) as `re
 
 from __future__ import annotations
 
-from statistics import mean, stdev
-
-from coalign.bench_report import _table, mean_std
+from coalign.bench_report import _table, mean_std, paired_diff, paired_t
 from coalign.grpo_stages import order_label
 
 NAMES = {
@@ -35,12 +33,13 @@ def _fmt(values: list[float], digits: int = 1) -> str:
     if not values:
         return "-"
     m, s = mean_std(values)
+    m = round(m, digits) + 0.0  # no "-0.0" for a mean that is zero up to float error
     return f"{m:.{digits}f} ± {s:.{digits}f}" if len(values) > 1 else f"{m:.{digits}f}"
 
 
 def _runs(results: dict, variant: str, k: str = "k1") -> list[dict]:
     runs = results["runs"].get(variant, {})
-    return [runs[str(s)][k] for s in results["seeds"] if str(s) in runs and k in runs[str(s)]]
+    return [runs[str(s)][k] for s in dict.fromkeys(results["seeds"]) if str(s) in runs and k in runs[str(s)]]
 
 
 def success_table(results: dict, measure: str = "success", k: str = "k1") -> str:
@@ -65,14 +64,12 @@ def paired_table(results: dict, variant: str = "adaplan", baseline: str = "react
     rows = []
     for split in ("heldin", "heldout"):
         diffs = []
-        for seed in map(str, results["seeds"]):
+        for seed in map(str, dict.fromkeys(results["seeds"])):  # a seed given twice is one pair
             a = results["runs"].get(variant, {}).get(seed, {}).get("k1", {}).get(split)
             b = results["runs"].get(baseline, {}).get(seed, {}).get("k1", {}).get(split)
             if a and b and measure in a and measure in b:
-                diffs.append(a[measure] - b[measure])
-        # no t from one seed, or from differences that are all equal
-        t = f"{mean(diffs) / (stdev(diffs) / len(diffs) ** 0.5):.2f}" if len(diffs) > 1 and stdev(diffs) > 0 else "-"
-        rows.append([split, " / ".join(f"{d:+.1f}" for d in diffs) or "-", _fmt(diffs), t])
+                diffs.append(paired_diff(a[measure], b[measure]))
+        rows.append([split, " / ".join(f"{d:+.1f}" for d in diffs) or "-", _fmt(diffs), paired_t(diffs)])
     title = f"{measure}: {NAMES.get(variant, variant)} − {NAMES.get(baseline, baseline)} (points)"
     return _table([title, "per seed", "mean ± std", "t"], rows)
 

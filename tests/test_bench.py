@@ -142,7 +142,9 @@ def test_report_tables_are_mean_and_sample_std_over_seeds():
     assert "| Lumos (matched budget) | 12.5 ± 3.5 | 12.5 ± 3.5 |" in table
     assert "| MOAT | 25.0 ± 7.1 | 25.0 ± 7.1 |" in table
     paired = paired_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}), ["lumos", "moat"])
-    assert "| MOAT − Lumos (matched budget) | +10.0 / +15.0 | 12.5 ± 3.5 |" in paired
+    assert "| MOAT − Lumos (matched budget) | +10.0 / +15.0 | 12.5 ± 3.5 | 5.00 |" in paired  # paired t
+    once = paired_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}) | {"seeds": [0, 1, 1]}, ["lumos", "moat"])
+    assert "| +10.0 / +15.0 | 12.5 ± 3.5 | 5.00 |" in once  # a seed listed twice is one pair
     premise = premise_table(_results({"moat": [0.2, 0.3]}), ["moat"])
     assert "| MOAT | 1 | 0.550 ± 0.071 |" in premise
 

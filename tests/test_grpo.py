@@ -307,3 +307,4 @@ def test_vllm_generation_is_configured_for_trl_and_refused_without_vllm(tmp_path
     args = grpo_config(server, stage, tmp_path, 0, [1.0], 48)
     assert args.use_vllm and args.vllm_mode == "server" and args.vllm_server_base_url == "http://127.0.0.1:8000"
     assert args.max_completion_length == 48  # vLLM's per-call budget: one turn
+    assert not args.vllm_importance_sampling_correction  # the rollout returns no sampling log-probs to correct by

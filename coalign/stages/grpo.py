@@ -77,6 +77,8 @@ def grpo_config(
                 "vllm_mode": settings.generation.removeprefix("vllm_"),
                 "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
                 "vllm_enable_sleep_mode": False,
+                # the rollout returns no sampling log-probs (logprobs None): TRL's correction would subtract None
+                "vllm_importance_sampling_correction": False,
                 **({"vllm_server_base_url": settings.vllm_server_url} if settings.vllm_server_url else {}),
             }
             if vllm
