@@ -32,6 +32,11 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return mean(values), (stdev(values) if len(values) > 1 else 0.0)
 
 
+def seeds_of(results: dict) -> list[str]:
+    """The bench's seeds as run-folder keys, each once: a seed listed twice is one pair, not two."""
+    return [str(s) for s in dict.fromkeys(results.get("seeds", []))]
+
+
 def paired_t(diffs: list[float]) -> str:
     """The paired t statistic of per-seed differences: "-" from one seed or when the differences are all equal."""
     if len(diffs) < 2 or stdev(diffs) == 0:
@@ -225,7 +230,7 @@ def per_round_table(results: dict, recipes: list[str]) -> str:
 def paired_table(results: dict, recipes: list[str], baseline: str = "lumos") -> str:
     """Each recipe minus the baseline, seed by seed: recipes of a seed share the cold start, so this pairs them."""
     final = rounds_of(results)[-1]
-    seeds = [str(s) for s in dict.fromkeys(results.get("seeds", []))]  # a seed given twice is one pair
+    seeds = seeds_of(results)
     rows = []
     for recipe in recipes:
         if recipe == baseline or recipe not in results["runs"] or baseline not in results["runs"]:

@@ -7,7 +7,7 @@ a run's metrics hold one block per plan-update interval ("k1", "k2", ...) as `re
 
 from __future__ import annotations
 
-from coalign.bench_report import _table, mean_std, paired_diff, paired_t
+from coalign.bench_report import _table, mean_std, paired_diff, paired_t, seeds_of
 from coalign.grpo_stages import order_label
 
 NAMES = {
@@ -39,7 +39,7 @@ def _fmt(values: list[float], digits: int = 1) -> str:
 
 def _runs(results: dict, variant: str, k: str = "k1") -> list[dict]:
     runs = results["runs"].get(variant, {})
-    return [runs[str(s)][k] for s in dict.fromkeys(results["seeds"]) if str(s) in runs and k in runs[str(s)]]
+    return [runs[s][k] for s in seeds_of(results) if s in runs and k in runs[s]]
 
 
 def success_table(results: dict, measure: str = "success", k: str = "k1") -> str:
@@ -64,7 +64,7 @@ def paired_table(results: dict, variant: str = "adaplan", baseline: str = "react
     rows = []
     for split in ("heldin", "heldout"):
         diffs = []
-        for seed in map(str, dict.fromkeys(results["seeds"])):  # a seed given twice is one pair
+        for seed in seeds_of(results):
             a = results["runs"].get(variant, {}).get(seed, {}).get("k1", {}).get(split)
             b = results["runs"].get(baseline, {}).get(seed, {}).get("k1", {}).get(split)
             if a and b and measure in a and measure in b:
