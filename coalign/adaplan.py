@@ -51,6 +51,7 @@ class Episode:
     turns: list[dict] = field(default_factory=list)
     generated_tokens: int = 0
     stop: str | None = None
+    turn_end: int = 0  # ids[:turn_end] end on the last turn taken (the model's part and an executor's rest)
 
     @property
     def running(self) -> bool:
@@ -223,8 +224,9 @@ def run_episodes(
     episodes one process would. Sampled episodes are GRPO rollouts, whose prompts the trainer already split."""
     writer = writer or hf_turns(model, tokenizer)
     episodes = [start_episode(tokenizer, name, seed, mode) for name, seed in tasks]
+    need = turn_room(max_new_tokens, executor is not None)
     for episode in episodes:
-        if len(episode.ids) + max_new_tokens > max_context:
+        if len(episode.ids) + need > max_context:
             episode.stop = "context"
 
     def compose(batch: list[Episode]) -> list[Turn]:
@@ -244,6 +246,11 @@ def run_episodes(
                     if not episode.running:
                         bar.advance(task)
     return episodes
+
+
+def turn_room(max_new_tokens: int, executor: bool) -> int:
+    """The context a turn may add: the model's part, and with an executor its rest of the turn after it."""
+    return max_new_tokens * (2 if executor else 1)
 
 
 @dataclass(frozen=True)
@@ -266,7 +273,8 @@ def compose_turns(
     given = guide(tokenizer, batch, every) if guide else [""] * len(batch)
     openings = [encode_segment(tokenizer, text, first=False) if text else [] for text in given]
     contexts = [e.ids + o for e, o in zip(batch, openings, strict=True)]
-    room = [len(c) + max_new_tokens <= max_context for c in contexts]  # a long opening leaves no room
+    need = turn_room(max_new_tokens, executor is not None)
+    room = [len(c) + need <= max_context for c in contexts]  # a long opening leaves no room
     fits = [c for c, ok in zip(contexts, room, strict=True) if ok]
     written = iter(writer(fits, max_new_tokens, temperature, top_p) if fits else [])
     turns = [
@@ -303,4 +311,6 @@ def apply_turn(tokenizer, episode: Episode, turn: Turn, every: int, max_new_toke
         _append_context(episode, turn.rest)
         text += tokenizer.decode(turn.rest, skip_special_tokens=True)
         last = turn.rest
-    take_turn(tokenizer, episode, turn.opening + text, begin, last, every, max_context, max_new_tokens)
+    episode.turn_end = len(episode.ids)
+    room = turn_room(max_new_tokens, turn.rest is not None)
+    take_turn(tokenizer, episode, turn.opening + text, begin, last, every, max_context, room)

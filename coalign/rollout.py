@@ -79,9 +79,9 @@ def rollout_rows(episodes: Sequence[Episode], train: str, eos_id: int) -> dict:
     as the trainer reads every completion's last token."""
     prompt_ids, completion_ids, env_mask = [], [], []
     for episode in episodes:
-        n, end = episode.prompt_length, len(episode.mask)
-        while end > n and not episode.mask[end - 1]:  # a trailing observation or given text
-            end -= 1
+        # through the last turn taken, an executor's rest included (so that the row ends on its end of turn),
+        # never a trailing observation or a guide's opening that left no room
+        n, end = episode.prompt_length, episode.turn_end
         prompt_ids.append(episode.ids[:n])
         completion_ids.append(episode.ids[n:end] if end > n else [eos_id])
         env_mask.append(trained_mask(episode, train)[n:end] if end > n else [0])

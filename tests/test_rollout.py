@@ -80,6 +80,38 @@ def test_a_context_stopped_episode_still_ends_on_its_last_turn(tokenizer):
     assert out["completion_ids"][0][-1] == tokenizer.eos_token_id and out["env_mask"][0][-1] == 1
 
 
+def test_isolated_rows_end_on_the_executors_end_of_turn_and_fit_the_context(tokenizer):
+    """With a fixed executor the policy's last trained token closes a plan block; the row goes on through the
+    executor's rest (untrained), so it ends on the end-of-sequence token TRL reads as a finished completion."""
+    policy = ScriptedModel(tokenizer, text="<global_plan>\nStep 1: step forward\n</global_plan>\nThought: x")
+    executor = ScriptedModel(tokenizer, plans=False)
+    (episode,) = run_episodes(policy, tokenizer, [("toy", 0)], "adaplan", progress=False, executor=executor)
+    out = rollout_rows([episode], "plan", tokenizer.eos_token_id)
+    completion, mask = out["completion_ids"][0], out["env_mask"][0]
+    assert completion[-1] == tokenizer.eos_token_id and mask[-1] == 0
+    assert "Action:" in tokenizer.decode(completion[-12:]) and "</global_plan>" in tokenizer.decode(
+        [i for i, m in zip(completion, mask) if m])  # fmt: skip
+    for max_context in range(60, 110):  # the policy's part and the executor's rest both fit, or no turn is taken
+        asked = []
+        watched = Watched(tokenizer, plans=False, asked=asked)
+        (short,) = run_episodes(policy, tokenizer, [("toy", 0)], "adaplan", progress=False, executor=watched,
+                                max_context=max_context, max_new_tokens=10)  # fmt: skip
+        assert all(n <= max_context for n in asked), (max_context, asked)
+        assert short.turn_end <= max_context
+
+
+class Watched(ScriptedModel):
+    """The scripted model, noting how long each context it is asked to continue could grow."""
+
+    def __init__(self, *args, asked: list[int], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.asked = asked
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
+        self.asked.extend(int(k.sum()) + max_new_tokens for k in attention_mask)
+        return super().generate(input_ids, attention_mask, max_new_tokens, **kwargs)
+
+
 def test_stages_train_plan_or_action_tokens(tokenizer):
     (episode,) = _episodes(tokenizer)[:1]
     plan, action = trained_mask(episode, "plan"), trained_mask(episode, "action")
