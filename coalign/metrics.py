@@ -11,14 +11,22 @@ NUMERIC_REL_TOL = 1e-4
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.A)
 _THOUSANDS = re.compile(r"(\d),(\d)")
+_GROUPED = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?", re.A)  # 1,000 and 12,345.5, never 1,5
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
 def _as_number(text: str) -> Fraction | None:
-    """`$1,000.` -> 1000, `12.5%` -> 12.5 (the percent sign is dropped, not divided out); else None."""
-    text = text.strip().removeprefix("$")
-    text = _THOUSANDS.sub(r"\1\2", text).rstrip("%").rstrip(".")
+    """`$1,000.` -> 1000, `-$5` -> -5, `12.5%` -> 12.5 (the percent sign is dropped, not divided out); a comma
+    that does not group thousands (`1,5`) is no number; else None."""
+    text = text.strip()
+    sign, text = (text[0], text[1:]) if text[:1] in ("+", "-") else ("", text)
+    text = sign + text.removeprefix("$")
+    text = text.rstrip(".").rstrip("%")
+    if "," in text:
+        if not _GROUPED.fullmatch(text):
+            return None
+        text = text.replace(",", "")
     if not _NUMBER.fullmatch(text):
         return None
     try:

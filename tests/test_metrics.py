@@ -40,6 +40,14 @@ from coalign.metrics import (
         ("", "0", False, False),
         ("nan", "nan", False, True),
         ("1e3", "1000", False, False),
+        ("-$5", "-5", True, False),
+        ("$-5", "-5", True, False),
+        ("10%.", "10", True, False),
+        ("12,345.5", "12345.5", True, False),
+        ("1,5", "15", False, False),
+        ("1,5", "1.5", False, False),
+        ("1,0000", "10000", False, False),
+        ("$$5", "5", False, False),
     ],
 )
 def test_numeric_and_lumos_matches_on_hand_written_cases(pred: str, gold: str, numeric: bool, exact: bool) -> None:

@@ -61,7 +61,7 @@ def plan_llm(settings: PilotRLSettings) -> LLMPlans | None:
 
 def summarise(episodes: list[dict]) -> dict:
     """Success rate (%), mean reward, steps and generated tokens per task, the share of turns written in
-    the format (%, none when no turn was taken), how episodes stopped and, for AdaPlan, the share of first
+    the format (%, 0 when no turn was taken), how episodes stopped and, for AdaPlan, the share of first
     plans that solve their task followed on their own (%): a planning failure told from an acting one."""
     n = len(episodes)
     stops: dict[str, int] = {}
