@@ -23,6 +23,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from coalign.envs.base import clean_action
+
 PLAN_OPEN = "<global_plan>"
 PLAN_CLOSE = "</global_plan>"
 FIRST_ADAPLAN = "Write a global plan for the task, then your first thought and action."
@@ -31,7 +33,7 @@ UPDATE = "Rewrite the remaining steps of the plan, then write your next thought 
 NEXT = "Write your next thought and action."
 MODES = ("adaplan", "react")
 
-_STEP = re.compile(r"^\s*Step\s+(\d+)\s*[:.]\s*(.*?)\s*$")
+_STEP = re.compile(r"^\s*Step\s+([0-9]{1,9})\s*[:.]\s*(.*?)\s*$")
 _THOUGHT = re.compile(r"^\s*Thought\s*:\s?(.*?)\s*$")
 _ACTION = re.compile(r"^\s*Action\s*:\s?(.*?)\s*$")
 
@@ -65,11 +67,13 @@ def format_turn(thought: str, action: str, plan: Sequence[str] | None = None, fi
 
 def parse_turn(text: str, expect_plan: bool = False) -> AgentTurn:
     """Read a model turn. Never raises: what is missing or malformed is listed in `errors` (a plan that
-    was due but absent, a step line out of order, a missing thought or action), and the action is
-    taken wherever an `Action:` line stands, so one slip does not end an episode."""
+    was due but absent, a step line out of order, a second plan block, a missing thought, an action missing
+    or empty), and the action is taken wherever an `Action:` line stands, so one slip does not end an
+    episode."""
+    text = str(text)
     errors: list[str] = []
     plan: list[str] | None = None
-    lines = str(text).splitlines()
+    lines = text.splitlines()
     rest = lines
     if PLAN_OPEN in text:
         start = next(i for i, line in enumerate(lines) if PLAN_OPEN in line)
@@ -90,6 +94,8 @@ def parse_turn(text: str, expect_plan: bool = False) -> AgentTurn:
         elif numbers != list(range(numbers[0], numbers[0] + len(numbers))):
             errors.append(f"plan steps are not numbered in order: {numbers[:10]}")
         rest = lines[:start] + lines[end + 1 :]
+        if any(PLAN_OPEN in line or PLAN_CLOSE in line for line in rest):
+            errors.append("a second plan block or a stray plan tag")
     elif expect_plan:
         errors.append("a plan was due and none was written")
     thought = action = None
@@ -102,14 +108,18 @@ def parse_turn(text: str, expect_plan: bool = False) -> AgentTurn:
         errors.append("no Thought: line")
     if action is None:
         errors.append("no Action: line")
+    elif not clean_action(action):
+        errors.append("the Action: line names no action")
     return AgentTurn(tuple(plan) if plan is not None else None, thought or "", action or "", tuple(errors))
 
 
 def update_plan(plan: Sequence[str], executed: int, future: Sequence[str]) -> list[str]:
     """The paper's Eq. 1: the first `executed` steps stay verbatim, the rest are replaced by `future`.
 
-    A plan shorter than the steps executed (the agent acted past its plan) keeps what it has."""
-    return [*plan[:executed], *future]
+    A plan shorter than the steps executed (the agent acted past its plan) keeps what it has and leaves the
+    steps it never planned empty, so step t stays `plan[t]` and is read against the plan written for it."""
+    kept = list(plan[:executed])
+    return [*kept, *[""] * (executed - len(kept)), *future]
 
 
 def first_message(instructions: str, observation: str, mode: str) -> str:

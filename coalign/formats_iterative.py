@@ -57,7 +57,7 @@ def planner_turn(index: int, subgoal: str) -> str:
     return f"{head}Subgoal {index}: {subgoal.strip()}"
 
 
-_PLANNER_TURN = re.compile(r"(?:No, I will keep planning\.\s*)?Subgoal (\d+): (.*\S)", re.S)
+_PLANNER_TURN = re.compile(r"(?:No, I will keep planning\.\s*)?Subgoal ([0-9]{1,9}): (.*\S)", re.S)  # int() takes it
 
 
 def parse_planner_turn(text: str) -> tuple[int, str] | None:

@@ -59,11 +59,47 @@ def test_parse_turn_never_raises_on_hostile_text(text):
     assert isinstance(turn.action, str) and not turn.well_formed
 
 
+def test_a_step_number_too_long_for_int_is_a_format_error_not_a_crash():
+    turn = parse_turn("<global_plan>\nStep " + "9" * 5000 + ": move up\n</global_plan>\nThought: x\nAction: move up")
+    assert turn.action == "move up" and any("not a plan step" in e for e in turn.errors)
+
+
+@pytest.mark.parametrize("action", ["", "   ", "\x00\x01", "\u200b"])
+def test_an_action_line_that_names_no_action_is_malformed(action):
+    turn = parse_turn(f"Thought: t\nAction: {action}")
+    assert "the Action: line names no action" in turn.errors and not turn.well_formed
+
+
+def test_a_second_plan_block_or_stray_tag_is_malformed():
+    block = "<global_plan>\nStep 1: look\n</global_plan>"
+    assert not parse_turn(f"{block}\n{block}\nThought: t\nAction: look", expect_plan=True).well_formed
+    assert not parse_turn(f"{block}\nThought: t </global_plan>\nAction: look", expect_plan=True).well_formed
+    assert parse_turn(f"{block}\nThought: t\nAction: look", expect_plan=True).well_formed
+
+
+def test_after_a_missing_first_plan_each_step_is_read_against_the_plan_written_for_it(tokenizer):
+    """The first turn writes no plan, each later turn a one-step plan for the step it takes: step t is the
+    plan's step t, so adherence reads every action against the step written for it."""
+    env = envs.make_env("toy")
+    env.reset(2)
+
+    def writer(contexts, *args):
+        plan = [env.expert_action()] if env.steps_taken else None
+        text = format_turn("go", env.expert_action(), plan, first=env.steps_taken + 1)
+        env.step(env.expert_action())
+        return [tokenizer(text + "</s>", add_special_tokens=False)["input_ids"]]
+
+    (episode,) = run_episodes(None, tokenizer, [("toy", 2)], "adaplan", progress=False, writer=writer)
+    assert episode.env.success and len(episode.turns) == 4
+    assert [t["step"] for t in episode.turns] == [None, "step forward", "step forward", "open door"]
+    assert [t["action"] for t in episode.turns] == ["step forward"] * 3 + ["open door"]
+
+
 def test_update_keeps_executed_steps_verbatim():
     """Eq. 1: steps 1..t stay as they were, whatever the model writes for them."""
     plan = ["go to a", "take x", "go to b", "put x"]
     assert update_plan(plan, 2, ["go to c", "put x in c"]) == ["go to a", "take x", "go to c", "put x in c"]
-    assert update_plan(["go to a"], 3, ["open"]) == ["go to a", "open"]
+    assert update_plan(["go to a"], 3, ["open"]) == ["go to a", "", "", "open"]  # step 3 stays plan[3]
 
 
 def test_plans_are_due_every_k_steps_and_never_in_react():

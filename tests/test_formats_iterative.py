@@ -85,7 +85,9 @@ def test_model_planner_turns_parse(text: str, parsed) -> None:
     assert parse_planner_turn(text) == parsed
 
 
-@pytest.mark.parametrize("bad", ["", "Click the button", "Subgoal one: x", "Subgoal 2:", "Yes, stop"])
+@pytest.mark.parametrize(
+    "bad", ["", "Click the button", "Subgoal one: x", "Subgoal 2:", "Yes, stop", "Subgoal " + "9" * 5000 + ": x"]
+)
 def test_malformed_planner_turns_raise_format_error(bad: str) -> None:
     with pytest.raises(FormatError):
         parse_planner_turn(bad)
