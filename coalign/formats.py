@@ -135,7 +135,7 @@ def parse_subgoals(text: str) -> list[str]:
 
 # --------------------------------------------------------------------------- actions
 
-_OUTPUTS = r"R\d+(?:\s*,\s*R\d+)*"
+_OUTPUTS = r"R[0-9]{1,9}(?:\s*,\s*R[0-9]{1,9})*"  # a name int() reads: no 5,000-digit R
 _ACTION_RE = re.compile(rf"^\s*(?P<outputs>{_OUTPUTS})\s*=\s*(?P<tool>[A-Za-z_]\w*)\((?P<argument>.*)\)\s*$", re.S)
 _ACTION_SPLIT = re.compile(rf";\s*(?={_OUTPUTS}\s*=)")
 

@@ -269,6 +269,10 @@ _HOSTILE = {
     "sum of fractions": "R1 = SetEquation(" + " + ".join(f"1/(x + {i})" for i in range(1, 80)) + " = 1)",
     "brackets only": "R1 = Calculator(" + ")" * 500 + ")",
     "tool name injection": "R1 = __import__(os)",
+    "5,000-digit output name": "R" + "1" * 5000 + " = Calculator(1 + 1)",
+    "a solution past the digit limit": "R1, R2, R3, R4, R5, R6 = SolveEquation("
+    + ", ".join(f"{a} = 10^999*{b}" for a, b in zip("abdef", "bdefg"))
+    + ", g = 10^999)",
     "reference bomb": "R1 = Calculator(9^900); R2 = Calculator(" + " + ".join(["R1"] * 5000) + ")",
 }
 _LEGAL = {"unary chain": "1"}

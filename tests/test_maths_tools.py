@@ -209,6 +209,8 @@ def test_set_equation_output_feeds_solve_equation() -> None:
         ("(x^2 - 4) / (x - 1) > 0", "-2 < x < 1 or x > 2"),
         ("x^2 + 1 < 0", "no solution"),
         ("x^2 + 1 > 0", "all real numbers"),
+        ("x >= x", "all real numbers"),  # the unknown cancels: a constant difference, no polynomial to bound
+        ("2*x > 2*x", "no solution"),
     ],
 )
 def test_solve_inequality_prints_readable_intervals(inequality: str, solution: str) -> None:

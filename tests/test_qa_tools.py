@@ -292,6 +292,7 @@ HOSTILE_QA = {
     + "; ".join(f"R{i} = ParagraphRetrieve([{', '.join([f'R{i - 1}'] * 50)}], Query: born)" for i in range(2, 60)),
     "thousand queries": "; ".join(f"R{i} = KnowledgeQuery({PERSON})" for i in range(1, 1001)),
     "tool name injection": "R1 = __import__(os)",
+    "a 5,000-digit value": "R1 = QA(A has " + "1" * 5000 + " men. B has 5 men, Question: Which has more, A or B?)",
 }
 HOSTILE_QA_LEGAL = {  # hostile-looking but answerable: the answers stay small
     "bidi and zero-width": "\n".join(bundled_world().pages[PERSON]),

@@ -215,6 +215,7 @@ def test_shop_scores_what_was_bought_and_zero_before_buying() -> None:
         ([PLAN[0], "R2 = FeatureRetrieve(R1, Query: mint)"], "R1 is not a product page"),
         ([PLAN[0], "R2 = Click(R5)"], "R5 not set by an earlier action"),
         ([PLAN[0], "R2 = Pick(R1, mint)"], "Pick takes"),
+        ([PLAN[0], f"R2 = Pick(Item_names: R1, Item_features: [R{'1' * 5000}], Query: tea)"], "no action sets"),
         ([PLAN[0], "R2 = Checkout(now)"], "unknown shop action"),
         (["R1 = Search()"], "Search needs a query"),
         ([PLAN[0], PLAN[1], "R3 = Click(buy now)", "R4 = Click(< prev)"], "the episode is over"),

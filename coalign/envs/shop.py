@@ -321,7 +321,10 @@ class ShopEpisode:
         items = self._value(match["items"]).items
         if not items:
             raise ShopError(f"{match['items']} holds no products")
-        names = sorted(re.findall(r"R\d+", match["features"]), key=lambda r: int(r[1:]))
+        names = re.findall(r"\bR[0-9]+\b", match["features"])
+        if any(len(name) > 10 for name in names):  # no action names one (formats._OUTPUTS); int() would refuse it
+            raise FormatError("Pick's Item_features name an R# no action sets")
+        names.sort(key=lambda r: int(r[1:]))
         features = [self._value(name).text for name in names[: len(items)]]
         features += [""] * (len(items) - len(features))
         scores = [_overlap(match["query"], f"{item.name} {told}") for item, told in zip(items, features)]

@@ -71,8 +71,11 @@ class _Relation(NamedTuple):
 
 
 def format_number(value: sp.Rational) -> str:
-    """`24` for integers, else a decimal rounded half away from zero to DECIMALS places."""
+    """`24` for integers, else a decimal rounded half away from zero to DECIMALS places; a result past
+    MAX_DIGITS (a solution can grow where no operand did) is a tool error, never a 4,301-digit str()."""
     p, q = int(value.p), int(value.q)
+    if _digits(p, q) > MAX_DIGITS:
+        raise ToolError(f"result would have more than {MAX_DIGITS} digits")
     if q == 1:
         return str(p)
     scale = 10**DECIMALS
@@ -420,7 +423,7 @@ def _check_solvable(poly: PolyElement) -> None:
     if _total_degree(poly) > MAX_SOLVE_DEGREE:
         raise ToolError(f"degree {_total_degree(poly)} is too high to solve (limit {MAX_SOLVE_DEGREE})")
     _, integral = poly.clear_denoms()
-    if max(int(c.numerator).bit_length() for c in integral.itercoeffs()) > MAX_SOLVE_BITS:
+    if max((int(c.numerator).bit_length() for c in integral.itercoeffs()), default=0) > MAX_SOLVE_BITS:  # 0: none
         raise ToolError(f"coefficients too large to solve (limit {MAX_SOLVE_DIGITS} digits)")
 
 

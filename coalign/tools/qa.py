@@ -114,6 +114,7 @@ def _paragraphs(context: str) -> list[str]:
 # --------------------------------------------------------------------------- the extractive reader
 
 _YEAR = re.compile(r"\b(?:1[0-9]{3}|20[0-9]{2})\b")
+MAX_NUMBER_CHARS = 100
 _NUMBER = re.compile(r"\b[0-9]{1,3}(?:,[0-9]{3})+\b|\b[0-9]+(?:\.[0-9]+)?\b")
 _NAME = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")
 _LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.I)
@@ -181,7 +182,10 @@ def _choice(question: str) -> tuple[str, str, str] | None:
 
 
 def _value(text: str) -> Fraction:
-    return Fraction(text.replace(",", ""))
+    digits = text.replace(",", "")
+    if len(digits) > MAX_NUMBER_CHARS:  # Fraction() parses through int(), which stops at 4,300 digits
+        raise ToolError(f"a number in the context is too long to compare ({len(digits)} characters)")
+    return Fraction(digits)
 
 
 def _choose(sentences: list[str], ask: str, options: tuple[str, str]) -> str:
