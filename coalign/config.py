@@ -206,6 +206,11 @@ class MoatSettings(Settings):
                 "k must be >= 2 when stage1 is on: a preference pair needs two candidates "
                 "(set moat.k >= 2, or moat.stage1: false)"
             )
+        if self.pair_gap_on == "ppl" and self.score_reduction == "sum":
+            raise ValueError(
+                "pair_gap_on 'ppl' needs a per-token score: exp of a summed NLL is no perplexity (and overflows "
+                "past 709 nats); set moat.score_reduction to 'mean' or 'content', or moat.pair_gap_on to 'nll'"
+            )
         check_critic_options(self.critic, self.critic_options)
         return self
 

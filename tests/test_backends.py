@@ -243,6 +243,7 @@ def test_a_500_is_retried_then_reported_with_the_endpoint(server):
     ("raw", "error"),
     [
         (b"<html>busy</html>", "not JSON"),
+        (b'{"choices": [{"index": 0, "text": "a\\ud800"}, {"index": 1, "text": "b"}]}', "not valid Unicode"),
         (b'{"choices": [{"text": "no index"}]}', "malformed reply"),
         (b'{"error": "overloaded"}', "malformed reply"),
         (b'{"choices": [{"index": 0, "text": "one"}]}', "holds 1 choices, asked for n=2"),

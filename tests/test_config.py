@@ -121,6 +121,12 @@ def test_k_of_one_is_refused_while_stage1_needs_pairs():
     assert load_config("tiny", {"moat": {"k": 1, "stage1": False}}).moat.k == 1
 
 
+def test_a_ppl_gap_over_summed_nll_is_refused():
+    with pytest.raises(ConfigError, match=r"field 'moat': .*pair_gap_on 'ppl' needs a per-token score"):
+        load_config("tiny", {"moat": {"score_reduction": "sum", "pair_gap_on": "ppl"}})
+    assert load_config("tiny", {"moat": {"score_reduction": "sum"}}).moat.pair_gap_on == "nll"
+
+
 LLM = {"base_url": "http://127.0.0.1:8000/v1", "model": "m"}
 
 

@@ -150,6 +150,12 @@ def test_make_critic_names() -> None:
         ),
         ("<think>I will say Final answer reached", ("unparseable", None, None)),  # cut off while thinking
         ("The final answer is not reached.", ("unparseable", None, None)),
+        ("The actions are right. Final answer reached. It is 72.", ("reached", None, None)),
+        ('"Final answer reached!"', ("reached", None, None)),
+        ("Final answer reached? No.", ("unparseable", None, None)),  # a question about the verdict, answered no
+        ("Final answer reached: No. The actions compute 5, not 7.", ("unparseable", None, None)),
+        ("No final answer reached.", ("unparseable", None, None)),
+        ("Is the final answer reached? No.\nCorrected Subgoals: Subgoal 1: Add", ("corrected", ("Add",), None)),
         ("", ("unparseable", None, None)),
     ],
 )

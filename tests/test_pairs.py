@@ -30,6 +30,9 @@ def test_gap_on_nll_and_on_ppl_differ():
     # NLL below 0 (a sum reduction never is, a mean can be near 0): PPL shrinks it below
     assert select_pair([-1.0, -0.85], gap_on="nll").gap == pytest.approx(0.15)
     assert select_pair([-1.0, -0.85], gap_on="ppl") is None
+    # past exp's range the gap is infinite, not an OverflowError; equal scores still make no pair
+    assert select_pair([650.0, 720.0], gap_on="ppl").gap == math.inf
+    assert select_pair([720.0, 720.0], gap_on="ppl") is None
 
 
 def test_ties_choose_the_first_minimum_and_reject_the_last_maximum():

@@ -175,6 +175,7 @@ _FIELD = re.compile(
     r"^[\s>#*_`+\-\d.)]*Corrected\s+(?P<field>Subgoals|Actions)[\s*_`]*:[\s*_]*(?P<value>.*)$", re.M | re.I
 )
 _MARKUP = re.compile(r"[*_`#>]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def _strip_reasoning(text: str) -> str:
@@ -201,6 +202,16 @@ def _field_value(lines: list[str], index: int, value: str) -> str:
     return _unwrap(value)
 
 
+def _says_reached(body: str) -> bool:
+    """A sentence of the reply is the verdict itself, "Final answer reached" (markup, quotes and a closing
+    `.` or `!` aside): not a question about it ("Final answer reached? No.") nor a negation ("No final
+    answer reached")."""
+    sentences = (s for line in body.splitlines() for s in _SENTENCE_END.split(line))
+    return any(
+        " ".join(_MARKUP.sub(" ", s).split()).strip("\"'").rstrip(".!").lower() == REACHED.lower() for s in sentences
+    )
+
+
 def parse_verdict(text: str) -> tuple[str, tuple[str, ...] | None, str | None]:
     """(kind, corrected subgoals, corrected actions) from a critic's reply.
 
@@ -224,7 +235,7 @@ def parse_verdict(text: str) -> tuple[str, tuple[str, ...] | None, str | None]:
             subgoals = None
     if actions is not None:
         return "corrected", subgoals, actions
-    if REACHED.lower() in " ".join(_MARKUP.sub(" ", body).lower().split()):
+    if _says_reached(body):
         return "reached", None, None
     if "subgoals" in fields:
         return "corrected", subgoals, None
@@ -306,9 +317,13 @@ def request_json(options: OpenAIOptions, path: str, payload: dict | None = None)
             raise CallError("timeout", f"timeout after {options.timeout_s:g} s") from None
         raise CallError("connection", f"connection error ({type(reason).__name__})") from None
     try:
-        return json.loads(raw)
-    except ValueError:
-        raise CallError("bad_response", f"bad response body ({len(raw)} bytes, not JSON)") from None
+        body = json.loads(raw)
+        json.dumps(body, ensure_ascii=False).encode()  # a lone surrogate (`\ud800`) could not be written later
+    except ValueError:  # UnicodeEncodeError is one
+        raise CallError(
+            "bad_response", f"bad response body ({len(raw)} bytes, not JSON or not valid Unicode)"
+        ) from None
+    return body
 
 
 def retry_delay(budget: CriticBudget, attempt: int, retry_after_s: float | None) -> float:

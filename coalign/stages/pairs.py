@@ -51,10 +51,18 @@ def select_pair(scores: Sequence[float], threshold: float = 0.1, gap_on: Literal
     low, high = min(values), max(values)
     chosen = values.index(low)
     rejected = len(values) - 1 - values[::-1].index(high)
-    gap = high - low if gap_on == "nll" else math.exp(high) - math.exp(low)
+    gap = high - low if gap_on == "nll" else _ppl_gap(low, high)
     if gap == 0 or gap < threshold:
         return None
     return Pair(chosen=chosen, rejected=rejected, chosen_score=low, rejected_score=high, gap=gap)
+
+
+def _ppl_gap(low: float, high: float) -> float:
+    """exp(high) - exp(low), infinite where exp overflows (a mean NLL past 709 nats) rather than raising."""
+    try:
+        return math.exp(high) - math.exp(low) if high != low else 0.0
+    except OverflowError:
+        return math.inf
 
 
 def _checked(scores: Sequence[float], success: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
