@@ -165,8 +165,19 @@ def grounder_messages(
     return messages
 
 
-_FIRST_GROUNDER = re.compile(r"Task: (?P<task>.*) \n" + GROUND_HEAD + r"Subgoal 1: (?P<subgoal>.*?)\n?\Z", re.S)
-_NEXT_GROUNDER = re.compile(GROUND_HEAD + r"Subgoal (?P<index>\d+): (?P<subgoal>.*?)\n?\Z", re.S)
+_FIRST_SUBGOAL = f" \n{GROUND_HEAD}Subgoal 1: "
+_NEXT_GROUNDER = re.compile(GROUND_HEAD + r"Subgoal (?P<index>[0-9]{1,9}): (?P<subgoal>.*?)\n?\Z", re.S)
+
+
+def _first_grounder_turn(first: str) -> tuple[str, str, str] | None:
+    """(tool list, task, first subgoal) of a first grounder turn, found with `find`s (a regex over a task
+    holding many `Task: ` would retry from each one: quadratic); the task runs to the last subgoal head."""
+    for name, preamble in TOOL_PREAMBLES.items():
+        head = f"{GROUNDER_INSTRUCTION}{preamble}Task: "
+        mark = first.rfind(_FIRST_SUBGOAL)
+        if first.startswith(head) and mark >= len(head):
+            return name, first[len(head) : mark], first[mark + len(_FIRST_SUBGOAL) :].removesuffix("\n")
+    return None
 
 
 def parse_grounder_messages(messages: Sequence[Message]) -> GrounderConversation:
@@ -174,12 +185,11 @@ def parse_grounder_messages(messages: Sequence[Message]) -> GrounderConversation
     _roles(messages, "grounder")
     if len(messages) % 2:
         raise FormatError("grounder conversation must end with an assistant turn")
-    first = messages[0]["content"]
-    tools = [name for name, preamble in TOOL_PREAMBLES.items() if f"{GROUNDER_INSTRUCTION}{preamble}Task: " in first]
-    match = _FIRST_GROUNDER.search(first)
-    if not tools or not match or not first.startswith(GROUNDER_INSTRUCTION):
+    found = _first_grounder_turn(messages[0]["content"])
+    if found is None:
         raise FormatError("turn 0: not an iterative grounder prompt (instruction, a known tool list, 'Task: ...')")
-    subgoals, groups = [match["subgoal"].strip()], []
+    tools, task, subgoal = found
+    subgoals, groups = [subgoal.strip()], []
     for at in range(1, len(messages), 2):
         groups.append(tuple(split_actions(messages[at]["content"])))
         if not groups[-1]:
@@ -191,7 +201,7 @@ def parse_grounder_messages(messages: Sequence[Message]) -> GrounderConversation
             wanted = f"{GROUND_HEAD}Subgoal {len(subgoals) + 1}: ..."
             raise FormatError(f"turn {at + 1}: expected {wanted!r}, got {messages[at + 1]['content'][:60]!r}")
         subgoals.append(following["subgoal"].strip())
-    return GrounderConversation(match["task"], tools[0], tuple(subgoals), tuple(groups))
+    return GrounderConversation(task, tools, tuple(subgoals), tuple(groups))
 
 
 # --------------------------------------------------------------------------- training rows

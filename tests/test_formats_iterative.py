@@ -72,6 +72,19 @@ def test_grounder_conversation_is_lumos_spelling_and_round_trips() -> None:
     assert parse_grounder_messages(grounder_messages(TASK, SUBGOALS[:1], ACTIONS[:1], "shop")).tools == "shop"
 
 
+def test_a_task_quoting_the_heads_many_times_parses_to_the_last_subgoal_head() -> None:
+    """The task runs to the last first-subgoal head; a turn without one is refused after reading it once (a
+    regex retrying from each of 20,000 `Task: ` took seconds)."""
+    task = "Task: " * 20_000 + "Subgoal to be grounded: Subgoal 1: quoted"
+    messages = grounder_messages(task, SUBGOALS[:1], ACTIONS[:1], "web")
+    parsed = parse_grounder_messages(messages)
+    assert (parsed.task, parsed.subgoals) == (task, tuple(SUBGOALS[:1]))
+    headless = messages[0]["content"].split(" \nSubgoal to be grounded: Subgoal 1: ")[0]
+    for first in (headless, "Task: x \nSubgoal to be grounded: Subgoal 1: y"):  # no subgoal head / instruction
+        with pytest.raises(FormatError, match="turn 0: not an iterative grounder prompt"):
+            parse_grounder_messages([{"role": "user", "content": first}, messages[1]])
+
+
 @pytest.mark.parametrize(
     ("text", "parsed"),
     [
