@@ -172,9 +172,9 @@ _NEXT_GROUNDER = re.compile(GROUND_HEAD + r"Subgoal (?P<index>[0-9]{1,9}): (?P<s
 def _first_grounder_turn(first: str) -> tuple[str, str, str] | None:
     """(tool list, task, first subgoal) of a first grounder turn, found with `find`s (a regex over a task
     holding many `Task: ` would retry from each one: quadratic); the task runs to the last subgoal head."""
+    mark = first.rfind(_FIRST_SUBGOAL)
     for name, preamble in TOOL_PREAMBLES.items():
         head = f"{GROUNDER_INSTRUCTION}{preamble}Task: "
-        mark = first.rfind(_FIRST_SUBGOAL)
         if first.startswith(head) and mark >= len(head):
             return name, first[len(head) : mark], first[mark + len(_FIRST_SUBGOAL) :].removesuffix("\n")
     return None
