@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from rank_bm25 import BM25Plus
 
-from coalign.formats import FormatError, parse_action, split_actions
+from coalign.formats import R_VARIABLE, FormatError, parse_action, split_actions
 from coalign.envs.base import Step
 from coalign.envs.episode import Turn, play_turn
 from coalign.envs.web import words
@@ -322,7 +322,7 @@ class ShopEpisode:
         if not items:
             raise ShopError(f"{match['items']} holds no products")
         names = re.findall(r"\bR[0-9]+\b", match["features"])
-        if any(len(name) > 10 for name in names):  # no action names one (formats._OUTPUTS); int() would refuse it
+        if not all(re.fullmatch(R_VARIABLE, name) for name in names):  # no action names it; int() would refuse it
             raise FormatError("Pick's Item_features name an R# no action sets")
         names.sort(key=lambda r: int(r[1:]))
         features = [self._value(name).text for name in names[: len(items)]]

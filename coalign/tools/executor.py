@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from coalign.formats import parse_action, split_actions
+from coalign.formats import R_VARIABLE, parse_action, split_actions
 from coalign.tools import maths, qa
 
 Tool = Callable[[str], tuple[str, ...]]
@@ -27,7 +27,7 @@ MAX_VALUE_CHARS = 10_000  # one output value
 MAX_ERROR_CHARS = 500  # one recorded error message
 ACTION_TIMEOUT_S = 1.0  # wall-clock limit on one tool call, where a timer can enforce it (see `_timed_call`)
 
-_REFERENCE = re.compile(r"\bR[0-9]{1,9}\b", re.A)  # as formats._OUTPUTS: a longer R is no reference
+_REFERENCE = re.compile(rf"\b{R_VARIABLE}\b", re.A)  # a longer R is no reference
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?", re.A)
 
 
