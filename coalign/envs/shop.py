@@ -48,6 +48,7 @@ BUY, PREV, BACK = "buy now", "< prev", "back to search"
 TOOLS = ("Search", "Click", "FeatureRetrieve", "Pick")
 PRICE_STEPS = tuple(10.0 * i for i in range(1, 100))  # WebShop's PRICE_RANGE
 NO_PRICE_LIMIT = 1_000_000.0  # WebShop's price_upper when no limit is stated
+MAX_ARGUMENT_CHARS = 2_000  # model text is hostile input: a 100k-character Search took 1-2 s of BM25 (qa's limit)
 
 
 @dataclass(frozen=True)
@@ -277,6 +278,10 @@ class ShopEpisode:
                 raise FormatError(f"a shop action names one output, got {', '.join(action.outputs)}")
             if action.tool not in TOOLS:
                 raise FormatError(f"unknown shop action {action.tool!r}; available: {', '.join(TOOLS)}")
+            if len(action.argument) > MAX_ARGUMENT_CHARS:
+                raise FormatError(
+                    f"{action.tool}'s argument is too long ({len(action.argument)} characters, limit {MAX_ARGUMENT_CHARS})"
+                )
             tool = {"Search": self._search, "Click": self._click, "FeatureRetrieve": self._features, "Pick": self._pick}
             value = tool[action.tool](action.argument.strip())
         except (FormatError, ShopError) as exc:
