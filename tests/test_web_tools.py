@@ -216,7 +216,7 @@ def test_shop_scores_what_was_bought_and_zero_before_buying() -> None:
         ([PLAN[0], "R2 = Click(R5)"], "R5 not set by an earlier action"),
         ([PLAN[0], "R2 = Pick(R1, mint)"], "Pick takes"),
         ([PLAN[0], f"R2 = Pick(Item_names: R1, Item_features: [R{'1' * 12}], Query: tea)"], "no action sets"),
-        (["R1 = Search(" + "green tea " * 10_000 + ")"], "Search's argument is too long (99999 characters, limit 2000)"),
+        (["R1 = Search(" + "green tea " * 10_000 + ")"], "Search's argument is too long (99999 characters, limit"),
         ([PLAN[0], "R2 = Checkout(now)"], "unknown shop action"),
         (["R1 = Search()"], "Search needs a query"),
         ([PLAN[0], PLAN[1], "R3 = Click(buy now)", "R4 = Click(< prev)"], "the episode is over"),

@@ -280,7 +280,8 @@ class ShopEpisode:
                 raise FormatError(f"unknown shop action {action.tool!r}; available: {', '.join(TOOLS)}")
             if len(action.argument) > MAX_ARGUMENT_CHARS:
                 raise FormatError(
-                    f"{action.tool}'s argument is too long ({len(action.argument)} characters, limit {MAX_ARGUMENT_CHARS})"
+                    f"{action.tool}'s argument is too long"
+                    f" ({len(action.argument)} characters, limit {MAX_ARGUMENT_CHARS})"
                 )
             tool = {"Search": self._search, "Click": self._click, "FeatureRetrieve": self._features, "Pick": self._pick}
             value = tool[action.tool](action.argument.strip())
