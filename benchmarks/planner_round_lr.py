@@ -17,6 +17,7 @@ import json
 from rich.console import Console
 
 from coalign.config import load_config
+from coalign.recipes.lumos import planner_round_data
 from coalign.recipes.shared import evaluate_run, load_split, round_tasks, train_agent
 from coalign.recipes.units import round_units
 from coalign.runs import Run, read_json
@@ -33,7 +34,7 @@ def main() -> None:
     config = config.model_copy(update={"moat": config.moat.model_copy(update={"tasks": args.tasks})})
     train = load_split(run, config, config.data.train, "train", console)
     units = round_units(round_tasks(config, train), config.moat.web_turns_per_task, config.seed)
-    gold = [(u.planner_prompt(), u.gold_planner_output()) for u in units]
+    gold = planner_round_data(units)
     planner, grounder = str(run.path("checkpoints", "planner_sft")), str(run.path("checkpoints", "grounder_sft"))
     results = {"no round": read_json(run.path("eval", "metrics.json"))["heldin"]["average"]["accuracy"]}
     for lr in (float(x) for x in args.lrs.split(",")):

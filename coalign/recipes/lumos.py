@@ -17,9 +17,14 @@ from rich.console import Console
 from coalign.config import RunConfig
 from coalign.recipes.sft_data import grounder_data
 from coalign.recipes.shared import cold_start, evaluate_run, load_split, prepare_run, round_tasks, train_agent
-from coalign.recipes.units import round_units
+from coalign.recipes.units import Unit, round_units
 from coalign.runs import Run, write_json
 from coalign.tasks import Task
+
+
+def planner_round_data(units: list[Unit]) -> list[tuple[str, str]]:
+    """The baseline planner's examples for one matched round: each of MOAT's units with its gold output."""
+    return [(u.planner_prompt(), u.gold_planner_output()) for u in units]
 
 
 def matched_rounds(
@@ -37,7 +42,7 @@ def matched_rounds(
     history = {"round0": round0}
     m, gold = config.moat, grounder_data(config, train)
     units = round_units(round_tasks(config, train), m.web_turns_per_task, config.seed)
-    planner_gold = [(u.planner_prompt(), u.gold_planner_output()) for u in units]
+    planner_gold = planner_round_data(units)
     built = len(units) * m.k
     n_grounder = built + min(len(gold), round(built * m.mix_ratio))
     for r in range(1, m.rounds + 1):
