@@ -150,6 +150,13 @@ def digest_changes(want: dict, got: dict) -> str:
     return ", ".join(f"{k} {_show(k, want.get(k))} -> {_show(k, got.get(k))}" for k in keys)
 
 
+def value_digest(value) -> str:
+    """sha256 of a JSON value written canonically (keys sorted, tuples as lists): a stage's generated inputs
+    (examples, prompts) recorded among its settings, so a resume notices when they change."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _plain(settings: Mapping) -> dict:
     """`settings` as JSON would read them back (tuples as lists, keys as strings), so a record compares equal
     to the settings it was written from."""

@@ -88,6 +88,22 @@ def test_rerun_resumes_without_redoing_any_stage(moat_run):
     assert marker.stat().st_mtime_ns == before
 
 
+def test_a_forced_resume_redoes_the_stages_a_changed_setting_feeds(moat_run, tmp_path):
+    """Stage 2's sampling temperature changed: stage 1 is kept, its grounding is redone under the new setting."""
+    import shutil
+
+    run_dir, _ = moat_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    stages = ("round1_sample", "round1_score", "round1_pairs", "round1_dpo", "round1_ground")
+    before = {s: (copy / "stages" / f"{s}.json").stat().st_mtime_ns for s in stages}
+    hotter = {**MOAT, "moat": {**MOAT["moat"], "ground_temperature": 0.7}}
+    run_moat(load_config("tiny", hotter), copy, Console(quiet=True), force=True)
+    after = {s: (copy / "stages" / f"{s}.json").stat().st_mtime_ns for s in stages}
+    assert [s for s in stages if after[s] != before[s]] == ["round1_ground"]
+    assert Run(copy).stage_info("round1_ground")["settings"]["ground_temperature"] == 0.7
+
+
 def test_ablation_without_stage1_keeps_the_planner(tmp_path):
     config = load_config("tiny", {**MOAT, "moat": {**MOAT["moat"], "stage1": False, "critic": "none"}})
     run_moat(config, tmp_path, Console(quiet=True))

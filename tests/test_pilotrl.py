@@ -4,6 +4,7 @@ observations masked from the loss, evaluation at each plan-update interval; resu
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from rich.console import Console
@@ -194,6 +195,17 @@ def test_a_forced_eval_with_other_tasks_measures_them_not_the_old_ones(tmp_path)
     assert results["k1"]["envs"]["toy"]["tasks"] == 3
     assert len(list(read_jsonl(tmp_path / "eval_k1" / "episodes.jsonl"))) == 3
     assert (tmp_path / "stages" / "sft.json").read_text() == sft  # training is kept
+
+
+def test_a_forced_resume_with_more_training_episodes_trains_on_them(tmp_path):
+    """`--force` with another `pilotrl.train_tasks` writes the new episodes and trains on them, instead of
+    keeping the old episodes and the SFT checkpoint made from them."""
+    cfg = config(train_tasks=4, eval_tasks=2, sft={**SFT, "epochs": 1})
+    run_pilotrl(cfg, tmp_path, Console(quiet=True))
+    more = cfg.model_copy(update={"pilotrl": cfg.pilotrl.model_copy(update={"train_tasks": 6})})
+    run_pilotrl(more, tmp_path, Console(quiet=True), force=True)
+    assert len(list(read_jsonl(tmp_path / "data" / "train_episodes.jsonl"))) == 6
+    assert json.loads((tmp_path / "stages" / "sft.json").read_text())["episodes"] == 6
 
 
 def test_longest_turn_counts_the_model_turns_only():

@@ -79,6 +79,34 @@ def test_resume_with_a_different_config_is_refused(finished):
         run_lumos(changed, run_dir, Console(quiet=True))
 
 
+def test_a_forced_resume_retrains_the_agents_whose_training_changed(finished, tmp_path):
+    """--force keeps finished stages, but not a checkpoint trained under other settings or other examples:
+    a result must never be reported for a training it did not have."""
+    import shutil
+
+    config, run_dir, _ = finished
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+
+    def mtimes() -> dict[str, int]:
+        return {
+            a: (copy / "checkpoints" / a / "model.safetensors").stat().st_mtime_ns
+            for a in ("planner_sft", "grounder_sft")
+        }
+
+    before = mtimes()
+    faster = {**TINY, "planner_sft": {**TINY["planner_sft"], "learning_rate": 5e-4}}
+    run_lumos(load_config("tiny", faster), copy, Console(quiet=True), force=True)
+    after = mtimes()
+    assert after["planner_sft"] != before["planner_sft"] and after["grounder_sft"] == before["grounder_sft"]
+    record = json.loads((copy / "stages" / "planner_sft.json").read_text())
+    assert record["settings"]["training"]["learning_rate"] == 5e-4 and record["settings"]["seed"] == 0
+
+    more = {**faster, "data": {**TINY["data"], "train": [{"kind": "suite", "split": "train", "n": 30}]}}
+    run_lumos(load_config("tiny", more), copy, Console(quiet=True), force=True)
+    assert all(t != s for t, s in zip(mtimes().values(), after.values()))  # other examples: both retrained
+
+
 def test_grounding_ppl_is_the_grounders_perplexity_of_gold_actions_given_the_plans(finished):
     config, run_dir, results = finished
     from coalign.agents import Agent

@@ -44,9 +44,17 @@ from coalign.errors import RunError
 from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.metrics import answer_correct
 from coalign.recipes.sft_data import grounder_data
-from coalign.recipes.shared import cold_start, evaluate_run, load_split, prepare_run, round_tasks, train_agent
+from coalign.recipes.shared import (
+    cold_start,
+    evaluate_run,
+    load_split,
+    prepare_run,
+    round_tasks,
+    train_agent,
+    training_settings,
+)
 from coalign.recipes.units import Unit, round_units, turn_subgoal
-from coalign.runs import Run, read_json, write_json, write_jsonl
+from coalign.runs import Run, read_json, value_digest, write_json, write_jsonl
 from coalign.stages.critic import CriticInput, make_critic, verdict_counts
 from coalign.stages.dpo import dpo
 from coalign.stages.pairs import auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
@@ -93,6 +101,22 @@ def _tasks(units: list[Unit]) -> list[Task]:
     return list({id(u.task): u.task for u in units}.values())
 
 
+def _settings(config: RunConfig, fields: tuple[str, ...], **values) -> dict:
+    """What a stage's output depends on besides its input files (recorded with it, `Run.stage`): the `moat`
+    settings named in `fields`, and `values` (a seed, a digest of the prompts it was given)."""
+    m = config.moat.model_dump(mode="json")
+    return {**{f: m[f] for f in fields}, **values}
+
+
+def _digest(units: list[Unit]) -> str:
+    """A digest of what defines the units a stage works on: which they are, their prompts and gold actions."""
+    return value_digest([[u.key, u.planner_prompt(), u.gold_actions()] for u in units])
+
+
+def _generation(config: RunConfig) -> dict | None:
+    return config.generation.model_dump(mode="json") if config.generation else None
+
+
 def _turn_info(units: list[Unit], info: dict, count) -> dict:
     """A stage record with, when the round has web turns, the same counts over its turns alone (`turns`)."""
     turns = [i for i, u in enumerate(units) if u.turn is not None]
@@ -114,7 +138,11 @@ def sample_stage(run: Run, r: int, config: RunConfig, planner: str, units: list[
         write_jsonl(path, [{**u.key, "candidates": c} for u, c in zip(units, candidates)])
         return _turn_info(units, {"tasks": len(_tasks(units)), "k": m.k}, len)
 
-    run.stage(f"round{r}_sample", sample, [path], inputs=[planner])
+    settings = _settings(
+        config, ("k", "temperature", "top_p", "max_new_tokens_plan"), seed=config.seed,
+        generation=_generation(config), units=_digest(units),
+    )  # fmt: skip
+    run.stage(f"round{r}_sample", sample, [path], inputs=[planner], settings=settings)
     return [row["candidates"] for row in _rows(path)]
 
 
@@ -154,7 +182,8 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candi
         write_jsonl(path, rows)
         return {"scored": len(scores)}
 
-    run.stage(f"round{r}_score", score, [path], inputs=[grounder, _file(run, r, "candidates.jsonl")])
+    inputs, settings = [grounder, _file(run, r, "candidates.jsonl")], _settings(config, ("k",), units=_digest(units))
+    run.stage(f"round{r}_score", score, [path], inputs=inputs, settings=settings)
     return [row["scores"] for row in _rows(path)]
 
 
@@ -194,7 +223,8 @@ def pair_stage(run: Run, r: int, config: RunConfig, units, candidates, scores) -
         return _turn_info(units, counts(list(range(len(units)))), counts)
 
     inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "scores.jsonl")]
-    run.stage(f"round{r}_pairs", pair, [path], inputs=inputs)
+    settings = _settings(config, ("score_reduction", "pair_threshold", "pair_gap_on"), units=_digest(units))
+    run.stage(f"round{r}_pairs", pair, [path], inputs=inputs, settings=settings)
     return _rows(path)
 
 
@@ -224,7 +254,8 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
         )
         return {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}
 
-    run.stage(stage, train, [out] if pairs else [], inputs=[planner, _file(run, r, "pairs.jsonl")])
+    settings = training_settings(config.planner_dpo, config.seed, config.lora, pairs)
+    run.stage(stage, train, [out] if pairs else [], inputs=[planner, _file(run, r, "pairs.jsonl")], settings=settings)
     return str(out) if run.stage_info(stage)["pairs"] else planner
 
 
@@ -249,7 +280,12 @@ def grounding_stage(run: Run, r: int, config: RunConfig, grounder: str, units, c
         write_jsonl(path, [{**u.key, "actions": flat[i * m.k : (i + 1) * m.k]} for i, u in enumerate(units)])
         return {"groundings": len(flat)}
 
-    run.stage(f"round{r}_ground", ground, [path], inputs=[grounder, _file(run, r, "candidates.jsonl")])
+    settings = _settings(
+        config, ("max_new_tokens_ground", "ground_temperature", "ground_top_p"), seed=config.seed,
+        generation=_generation(config), units=_digest(units),
+    )  # fmt: skip
+    inputs = [grounder, _file(run, r, "candidates.jsonl")]
+    run.stage(f"round{r}_ground", ground, [path], inputs=inputs, settings=settings)
     return [row["actions"] for row in _rows(path)]
 
 
@@ -317,7 +353,8 @@ def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundi
         return info
 
     inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "groundings.jsonl")]
-    run.stage(f"round{r}_critic", judge, [path], inputs=inputs)
+    settings = _settings(config, ("critic", "critic_options", "use_corrected_subgoals"), units=_digest(units))
+    run.stage(f"round{r}_critic", judge, [path], inputs=inputs, settings=settings)
     return _rows(path)
 
 

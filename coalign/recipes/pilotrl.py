@@ -9,6 +9,7 @@ every held-in and held-out environment at each plan-update interval.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import time
@@ -28,7 +29,7 @@ from coalign.formats import lumos_chat
 from coalign.grpo_stages import STAGES
 from coalign.pretraining.bases import starting_point
 from coalign.models import adapter_base, is_adapter, load_tokenizer, make_tiny_model
-from coalign.recipes.shared import prepare_run
+from coalign.recipes.shared import prepare_run, training_settings
 from coalign.rewards import first_plan_correct, llm_judge
 from coalign.rollout import RolloutSpec, prompt_rows
 from coalign.runs import Run, atomic_dir, read_json, write_json, write_jsonl
@@ -189,7 +190,9 @@ def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) 
         write_jsonl(episodes, training_episodes(settings, config.seed, llm))
         return {"plan_llm": llm.stats} if llm else {}
 
-    run.stage("expert_episodes", expert_episodes, [episodes])
+    keys = ("heldin", "mode", "train_tasks", "train_update_every", "plan_llm")
+    wanted = {key: getattr(settings, key) for key in keys}
+    run.stage("expert_episodes", expert_episodes, [episodes], settings={**wanted, "seed": config.seed})
     conversations = [row["messages"] for _, row in read_jsonl(episodes)]
     if init is None:
         init = str(run.path("models", "tiny-init"))
@@ -199,7 +202,8 @@ def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) 
             with atomic_dir(init) as tmp:
                 make_tiny_model([lumos_chat(m) for m in conversations], tmp, config.models.tiny, seed=config.seed)
 
-        run.stage("init", tiny, [init], inputs=[episodes])
+        shape = {"tiny": config.models.tiny.model_dump(mode="json"), "seed": config.seed}
+        run.stage("init", tiny, [init], inputs=[episodes], settings=shape)
     out = run.path("checkpoints", "sft")
 
     def train() -> dict:
@@ -209,7 +213,8 @@ def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) 
         )
         return {"episodes": len(conversations), **read_json(out / "train_log.json")}
 
-    run.stage("sft", train, [out], inputs=[init, episodes])
+    trained = training_settings(settings.sft, config.seed, config.lora, conversations)
+    run.stage("sft", train, [out], inputs=[init, episodes], settings=trained)
     longest = longest_turn(load_tokenizer(out, trust), conversations)
     if longest > settings.max_new_tokens:
         console.print(
@@ -260,7 +265,9 @@ def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tup
             record = {"tasks": len(rows), "steps": log["steps"], "grpo_stage": stage.name}
             return {**record, "judge": judge.stats} if judge else record
 
-        run.stage(f"grpo{i}_{name}", train, [out], inputs=[init, *([executor] if executor else [])])
+        trained = {**training_settings(rl, config.seed, config.lora, rows), "rollout": dataclasses.asdict(spec)}
+        del trained["training"]["order"]  # the stages before this one are its input checkpoint
+        run.stage(f"grpo{i}_{name}", train, [out], inputs=[init, *([executor] if executor else [])], settings=trained)
         if stage.separate:
             planner = str(out)
         else:

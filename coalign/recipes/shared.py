@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from pydantic import BaseModel
 from rich.console import Console
 
 from coalign.agents import Agent
@@ -24,7 +25,7 @@ from coalign.evaluate import evaluate_tasks, family_summaries, set_family, split
 from coalign.models import make_tiny_model
 from coalign.pretraining.bases import starting_point
 from coalign.recipes.sft_data import grounder_data, planner_data, tokenizer_texts
-from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, write_json, write_jsonl
+from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, value_digest, write_json, write_jsonl
 from coalign.stages.sft import sft
 from coalign.tasks import Task
 from coalign.tasks.sources import load_data, report_skipped, source_name
@@ -32,8 +33,8 @@ from coalign.tasks.sources import load_data, report_skipped, source_name
 
 def record_config(run: Run, config: RunConfig, force: bool = False) -> None:
     """Save the run's config. A run folder holding a different one is refused, naming the keys that differ,
-    unless `force`: then the old config is kept in `config.history/` and finished stages stay finished (but
-    an evaluation whose settings changed: `Run.stage`)."""
+    unless `force`: then the old config is kept in `config.history/` and finished stages stay finished, but
+    for those whose own settings changed (`Run.stage`)."""
     text, saved = config_to_yaml(config), run.path("config.yaml")
     old = saved.read_text() if saved.exists() else None
     if old == text:
@@ -44,7 +45,7 @@ def record_config(run: Run, config: RunConfig, force: bool = False) -> None:
         raise SystemExit(
             f"{saved} holds a different config:{listed}\n"
             "resume with the same config, use a new --run-dir, or pass --force to go on with the new config"
-            " (finished stages are kept; evaluations whose sets or budgets changed are redone)"
+            " (finished stages are kept, but a stage whose own settings or data changed is redone)"
         )
     if changes:
         history = run.path("config.history")
@@ -88,16 +89,18 @@ def initial_models(run: Run, config: RunConfig, train: list[Task], console: Cons
     models = config.models
     tiny_dir = run.path("models", "tiny-init")
 
+    texts = [text for t in train for text in tokenizer_texts(t)]
+
     def make() -> dict:
         console.print("making a tiny model: BPE tokenizer on the training text, small Llama config")
-        texts = [text for t in train for text in tokenizer_texts(t)]
         with atomic_dir(tiny_dir) as tmp:
             make_tiny_model(texts, tmp, models.tiny, seed=config.seed)
         return {"path": str(tiny_dir)}
 
     starts = [starting_point(name) for name in (models.planner, models.grounder)]
     if None in starts:
-        run.stage("init", make, [tiny_dir])
+        shape = {"tiny": models.tiny.model_dump(mode="json"), "seed": config.seed, "texts": value_digest(texts)}
+        run.stage("init", make, [tiny_dir], settings=shape)
     return tuple(str(tiny_dir) if start is None else start for start in starts)
 
 
@@ -112,6 +115,18 @@ def load_split(run: Run, config: RunConfig, sources: list, label: str, console: 
     return tasks
 
 
+def training_settings(settings: BaseModel, seed: int, lora: LoraSettings | None, data) -> dict:
+    """What a trained checkpoint depends on besides its input files: the stage's training settings, the seed,
+    the adapters and a digest of its examples (`data`). Recorded with the stage (`Run.stage`), so a forced
+    resume after any of them changed trains again instead of keeping a checkpoint made under others."""
+    return {
+        "training": settings.model_dump(mode="json"),
+        "seed": seed,
+        "lora": lora.model_dump(mode="json") if lora else None,
+        "data": value_digest(data),
+    }
+
+
 def train_agent(
     run: Run,
     stage: str,
@@ -124,8 +139,9 @@ def train_agent(
     trust_remote_code: bool = False,
     lora: LoraSettings | None = None,
 ) -> str:
-    """One SFT stage (LoRA adapters under `lora`), skipped when its checkpoint is already complete; `inputs`:
-    the files its examples came from besides the config, so the stage is redone when they change."""
+    """One SFT stage (LoRA adapters under `lora`), skipped when its checkpoint is already complete and was
+    trained under the same settings and examples; `inputs`: the files its examples came from, so the stage
+    is redone when they change."""
     out = run.path("checkpoints", stage)
 
     def train() -> dict:
@@ -133,7 +149,7 @@ def train_agent(
         sft(init, examples, out, settings, seed=seed, trust_remote_code=trust_remote_code, lora=lora)
         return {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}
 
-    run.stage(stage, train, [out], inputs=[init, *inputs])
+    run.stage(stage, train, [out], inputs=[init, *inputs], settings=training_settings(settings, seed, lora, examples))
     return str(out)
 
 
