@@ -30,6 +30,7 @@ from coalign.formats_adaplan import (
     plan_due,
     update_plan,
 )
+from coalign.models import as_text
 from coalign.token_turns import encode_segment, segments
 from coalign.turn_writers import TurnWriter, generate_turns, hf_turns
 
@@ -92,7 +93,7 @@ def _append_observation(tokenizer, episode: Episode, finished: bool, text: str) 
     """Add the user turn `text` after the model's turn. The ids the model generated stay as they are; what
     the serialisation puts after its text (the end of turn, when the model ran out of tokens before writing
     it; a template's closing newline) goes in front of the user turn, unmasked."""
-    reply = episode.messages[-1]["content"]
+    reply = as_text(tokenizer, episode.messages[-1]["content"])  # as `segments` writes it
     episode.messages.append({"role": "user", "content": text})
     *_, model_turn, user_turn = segments(tokenizer, episode.messages)
     tail = model_turn.text[len(reply) :] if model_turn.text.startswith(reply) else ""

@@ -7,7 +7,9 @@ one (one subgoal per turn, Lumos's web formulation) is in `coalign.formats_itera
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 PLANNER_INSTRUCTION = "Please provide a reasonable subgoal-based plan to solve the given task.\n"
@@ -184,18 +186,37 @@ def format_actions(actions: list[Action] | list[str] | tuple) -> str:
 USER_TAG = "<|user|>\n"
 ASSISTANT_TAG = "<|assistant|>\n"
 EOS = "</s>"
+LUMOS_SPECIALS = ("<|user|>", "<|assistant|>", EOS, "<s>", "<unk>", "<pad>")
+WORD_JOINER = "\u2060"  # invisible; inside a special token's spelling it stops the tokenizer matching it
+
+
+def plain_text(text: str, specials: Iterable[str] = LUMOS_SPECIALS) -> str:
+    """`text` with every spelling of a special token broken by a word joiner after its first character.
+
+    A task, a tool's observation or a model's output is text: written into a serialised prompt it must never
+    become a control token (an end of turn, a new user turn), which the tokenizer would otherwise make of
+    `</s>` or `<|assistant|>` wherever they stand. Idempotent; text without such spellings is unchanged."""
+    pattern = _specials_pattern(tuple(sorted({s for s in specials if len(s) > 1}, key=lambda s: (-len(s), s))))
+    return pattern.sub(lambda m: m[0][0] + WORD_JOINER + m[0][1:], text) if pattern else text
+
+
+@functools.lru_cache(maxsize=64)
+def _specials_pattern(specials: tuple[str, ...]) -> re.Pattern | None:
+    return re.compile("|".join(map(re.escape, specials))) if specials else None
 
 
 def lumos_generation_prompt(user: str) -> str:
-    """One user turn in Lumos's serialisation, ending where the assistant starts to write."""
-    return f"{USER_TAG}{user}\n{ASSISTANT_TAG}"
+    """One user turn in Lumos's serialisation, ending where the assistant starts to write (`user` as text:
+    `plain_text`)."""
+    return f"{USER_TAG}{plain_text(user)}\n{ASSISTANT_TAG}"
 
 
 def lumos_chat(messages: list[dict[str, str]]) -> str:
-    """Lumos's training serialisation: `<|user|>\\n{c}\\n<|assistant|>\\n{c}</s>\\n` per turn pair."""
+    """Lumos's training serialisation: `<|user|>\\n{c}\\n<|assistant|>\\n{c}</s>\\n` per turn pair, each
+    content as text (`plain_text`)."""
     out = []
     for message in messages:
-        role, content = message["role"], message["content"]
+        role, content = message["role"], plain_text(message["content"])
         if role == "user":
             out.append(f"{USER_TAG}{content}\n")
         elif role == "assistant":

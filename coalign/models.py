@@ -25,7 +25,7 @@ from transformers import (
 
 from coalign.config import TinySpec
 from coalign.errors import RunError
-from coalign.formats import ASSISTANT_TAG, EOS, USER_TAG, lumos_generation_prompt
+from coalign.formats import ASSISTANT_TAG, EOS, LUMOS_SPECIALS, USER_TAG, lumos_generation_prompt, plain_text
 from coalign.formats_iterative import chat_prompt
 
 SPECIAL_TOKENS = ["<unk>", "<s>", EOS, "<pad>", USER_TAG.strip(), ASSISTANT_TAG.strip()]
@@ -198,16 +198,33 @@ def inference_device() -> torch.device:
     return torch.device("cpu")
 
 
+def special_strings(tokenizer) -> frozenset[str]:
+    """How the tokenizer's special tokens are spelled (its own and its added special ones, e.g. a chat
+    template's `<|im_end|>`), with Lumos's tags: spellings that text in a prompt must not hold."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}).values()
+    return frozenset(
+        [*getattr(tokenizer, "all_special_tokens", ()), *(t.content for t in added if t.special), *LUMOS_SPECIALS]
+    )
+
+
+def as_text(tokenizer, text: str) -> str:
+    """`text` (a task, an observation, a model's output) as it goes into this tokenizer's prompts: with no
+    spelling of a special token left in it (`formats.plain_text`)."""
+    return plain_text(text, special_strings(tokenizer))
+
+
 def render_prompt(tokenizer, user: str | Sequence[dict[str, str]]) -> str:
     """The text a model continues from: its chat template when it has one, else Lumos's format.
 
     `user` is one user turn, or a conversation so far (role/content messages ending with a user turn:
-    Lumos's iterative formulation), rendered the same way for training and for generation.
+    Lumos's iterative formulation), rendered the same way for training and for generation. Every turn's
+    content goes in as text (`as_text`): a task that spells `</s>` gets no end-of-turn token from it.
     """
     messages = [{"role": "user", "content": user}] if isinstance(user, str) else list(user)
+    messages = [{**m, "content": as_text(tokenizer, m["content"])} for m in messages]
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return lumos_generation_prompt(user) if isinstance(user, str) else chat_prompt(messages)
+    return lumos_generation_prompt(messages[0]["content"]) if isinstance(user, str) else chat_prompt(messages)
 
 
 def parameter_count(model) -> int:

@@ -25,7 +25,7 @@ from transformers import DynamicCache
 
 from coalign import ranks
 from coalign.agents import Agent, progress_bar
-from coalign.models import render_prompt
+from coalign.models import as_text, render_prompt
 
 REDUCTIONS = ("mean", "content", "sum")
 
@@ -100,7 +100,7 @@ def encode_completion(tokenizer, user: str, completion: str) -> EncodedRow:
     """Tokenize as TRL's SFT does for a prompt-completion row (see the module docstring)."""
     prompt = render_prompt(tokenizer, user)
     eos = tokenizer.eos_token
-    body = completion[: -len(eos)] if completion.endswith(eos) else completion
+    body = as_text(tokenizer, completion[: -len(eos)] if completion.endswith(eos) else completion)
     text = prompt + body + eos
     prompt_ids = tokenizer(prompt)["input_ids"]
     enc = tokenizer(text, return_offsets_mapping=True)

@@ -16,19 +16,20 @@ from trl import DPOConfig, DPOTrainer
 
 from coalign import ranks
 from coalign.config import DPOSettings, LoraSettings
-from coalign.models import load_tokenizer, render_prompt
+from coalign.models import as_text, load_tokenizer, render_prompt
 from coalign.stages.training import train_and_save, trainer_args, training_model
 
 
 def dpo_dataset(tokenizer, triples: Sequence[tuple[str | Sequence[dict[str, str]], str, str]]) -> Dataset:
     """Rows in TRL's standard (non-conversational) preference format: the prompt rendered as SFT and generation
-    render it (one user turn, or a conversation so far), chosen and rejected ending with EOS."""
+    render it (one user turn, or a conversation so far), chosen and rejected as text (`models.as_text`) and
+    ending with EOS."""
     eos = tokenizer.eos_token
     return Dataset.from_dict(
         {
             "prompt": [render_prompt(tokenizer, user) for user, _, _ in triples],
-            "chosen": [chosen + eos for _, chosen, _ in triples],
-            "rejected": [rejected + eos for _, _, rejected in triples],
+            "chosen": [as_text(tokenizer, chosen) + eos for _, chosen, _ in triples],
+            "rejected": [as_text(tokenizer, rejected) + eos for _, _, rejected in triples],
         }
     )
 

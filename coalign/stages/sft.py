@@ -14,17 +14,18 @@ from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
 from coalign.config import LoraSettings, SFTSettings
-from coalign.models import load_tokenizer, render_prompt
+from coalign.models import as_text, load_tokenizer, render_prompt
 from coalign.stages.training import train_and_save, trainer_args, training_model
 from coalign.token_turns import encode
 
 
 def sft_dataset(tokenizer, examples: Sequence[tuple[str, str]]) -> Dataset:
-    """Prompt-completion rows in TRL's standard (non-conversational) format."""
+    """Prompt-completion rows in TRL's standard (non-conversational) format, the completions as text
+    (`models.as_text`: a gold action that spells `</s>` does not end its turn there)."""
     return Dataset.from_dict(
         {
             "prompt": [render_prompt(tokenizer, user) for user, _ in examples],
-            "completion": [completion for _, completion in examples],
+            "completion": [as_text(tokenizer, completion) for _, completion in examples],
         }
     )
 
