@@ -88,7 +88,6 @@ def initial_models(run: Run, config: RunConfig, train: list[Task], console: Cons
     a shipped base is found by name (`coalign-base`), anything else is a path or hub id."""
     models = config.models
     tiny_dir = run.path("models", "tiny-init")
-
     texts = [text for t in train for text in tokenizer_texts(t)]
 
     def make() -> dict:
