@@ -313,6 +313,14 @@ def _ppl_note(table: str) -> list[str]:
     ]
 
 
+def _wall_time(results: dict) -> str:
+    merged = results.get("merged_from")
+    if not merged:
+        return f"Wall time of this invocation: {results['wall_seconds']:.0f} s."
+    total = f"; their wall time in all: {results['wall_seconds']:.0f} s" if "wall_seconds" in results else ""
+    return f"Merged from {len(merged)} invocations ({', '.join(merged)}){total}."
+
+
 def report_markdown(results: dict) -> str:
     """The whole report: what ran, then one table per claim."""
     recipes = results["recipes"]
@@ -326,7 +334,7 @@ def report_markdown(results: dict) -> str:
         "",
         f"Seeds {', '.join(map(str, seeds))}; values are mean ± sample std over seeds. "
         f"{cfg['moat']['rounds']} rounds on {cfg['moat']['tasks'] or 'all'} training tasks, K={cfg['moat']['k']}, "
-        f"critic `{cfg['moat']['critic']}`. Wall time of this invocation: {results['wall_seconds']:.0f} s.",
+        f"critic `{cfg['moat']['critic']}`. {_wall_time(results)}",
         "",
         "## Main result (Table 2 analogue): end-to-end accuracy (%) after the last round",
         "",

@@ -300,6 +300,47 @@ def bench(
 
 
 @app.command()
+def report(
+    results: Annotated[list[Path], typer.Argument(help="results.json files of one bench's invocations")],
+    out: Annotated[Path, typer.Option("--out", help="folder for the merged results.json, report.md and plots")],
+    name: Annotated[str, typer.Option(help="prefix of the written files")] = "",
+) -> None:
+    """One report from several invocations of the same bench (seeds run in separate sittings or on separate
+    machines, each with its own --name): their runs merged, every table over all their seeds."""
+    from rich.markdown import Markdown
+
+    from coalign.bench_merge import merge_results
+    from coalign.recipe_registry import load, recipe
+    from coalign.runs import atomic_write_text, write_json
+
+    parts = []
+    for path in results:
+        try:
+            parts.append((str(path), json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            line = getattr(err, "lineno", None)
+            problem = f"not a readable results.json ({type(err).__name__}: {err})"
+            raise _fail(DataError(path, line, None, problem)) from None
+    try:
+        merged = merge_results(parts)
+        entry = recipe(merged["config"]["recipe"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise _fail(RunError(f"coalign report: {err}")) from None
+    prefix = f"{name}-" if name else ""
+    write_json(out / f"{prefix}results.json", merged)
+    if entry.bench:  # a bench of its own (PilotRL): its curves are read from run folders, not results
+        text = load(entry.report)(merged)
+        atomic_write_text(out / f"{prefix}report.md", text + "\n")
+    else:
+        from coalign.bench_report import report_markdown, write_report
+
+        text = report_markdown(merged)
+        write_report(merged, out, prefix)
+    console.print(Markdown(text))
+    console.print(f"[bold]report[/bold] of seeds {', '.join(map(str, merged['seeds']))} in {out}")
+
+
+@app.command()
 def demo(
     recipe: Annotated[str, typer.Argument(help="moat (the default) or pilotrl")] = "moat",
     run_dir: RunDirOpt = None,

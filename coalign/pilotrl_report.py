@@ -122,6 +122,11 @@ def report_markdown(results: dict) -> str:
     seeds = ", ".join(map(str, results["seeds"]))
     parts = [
         f"# PilotRL bench, seeds {seeds}",
+        *(
+            [f"Merged from {len(results['merged_from'])} invocations ({', '.join(results['merged_from'])})."]
+            if results.get("merged_from")
+            else []
+        ),
         "Success rate (%) over each environment's evaluation tasks, mean ± sample std over seeds.",
         success_table(results),
         "Turns written in the format (%: a plan block when one is due, a thought and an action, nothing"

@@ -103,6 +103,48 @@ def test_a_changed_config_is_refused_before_any_work(bench):
     assert (root / "results.json").stat().st_mtime_ns == results
 
 
+def _part(results: dict, seed: str, wall: float) -> dict:
+    """The results one seed's invocation of the same bench would have written."""
+    runs = {recipe: {seed: by_seed[seed]} for recipe, by_seed in results["runs"].items()}
+    return {**results, "seeds": [int(seed)], "runs": runs, "wall_seconds": wall}
+
+
+def test_invocations_of_one_bench_merge_into_its_report(bench, tmp_path):
+    """Seeds run one per invocation (`--name`) give, merged by `coalign report`, the report of all seeds."""
+    from typer.testing import CliRunner
+
+    from coalign.bench_merge import merge_results
+    from coalign.cli import app
+
+    _, results = bench
+    parts = [("s1.json", _part(results, "1", 30.0)), ("s0.json", _part(results, "0", 12.5))]
+    merged = merge_results(parts)
+    assert merged["seeds"] == [0, 1] and merged["runs"] == results["runs"] and merged["wall_seconds"] == 42.5
+    assert merged["merged_from"] == ["s1.json", "s0.json"]
+    whole, joined = report_markdown(results).splitlines(), report_markdown(merged).splitlines()
+    assert whole[3:] == joined[3:] and "Merged from 2 invocations (s1.json, s0.json)" in joined[2]
+    for label, part in parts:
+        (tmp_path / label).write_text(json.dumps(part))
+    args = ["report", str(tmp_path / "s0.json"), str(tmp_path / "s1.json"), "--out", str(tmp_path / "all")]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert json.loads((tmp_path / "all" / "results.json").read_text())["runs"] == results["runs"]
+    assert (tmp_path / "all" / "rounds.png").exists() and "seeds 0, 1" in done.output
+
+    other = _part(results, "1", 1.0)
+    other["config"] = {**other["config"], "moat": {**other["config"]["moat"], "k": 9}}
+    with pytest.raises(ValueError, match=r"other.json is not the same bench as s0.json: config.moat.k differ"):
+        merge_results([parts[1], ("other.json", other)])
+    changed = _part(results, "0", 1.0)
+    changed["runs"]["moat"]["0"] = {**changed["runs"]["moat"]["0"], "rounds": {}}
+    with pytest.raises(ValueError, match="again.json: moat seed 0 differs from the same run in an earlier part"):
+        merge_results([parts[1], ("again.json", changed)])
+    (tmp_path / "bad.json").write_text("{not json")
+    refused = CliRunner().invoke(app, ["report", str(tmp_path / "bad.json"), "--out", str(tmp_path / "x")])
+    assert refused.exit_code == 2 and "bad.json, line 1: not a readable results.json" in refused.output
+    assert not (tmp_path / "x").exists()
+
+
 def test_recipe_configs():
     base = load_config("tiny", BENCH)
     assert recipe_config(base, "moat_no_stage1", 3).moat.stage1 is False

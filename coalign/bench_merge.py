@@ -1,0 +1,59 @@
+"""One bench from several invocations: the results.json of seeds run in separate sittings or on separate
+machines, merged into the results of the one bench they are parts of (`coalign report`).
+
+A bench's seeds are independent (each has its own cold start), so a 5-seed bench may run one seed per
+invocation, each with its own `--name`, and be reported as one. Pure: results dicts in, a results dict out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# Fields that differ between the parts of one bench; every other field must be equal.
+PER_PART = ("runs", "seeds", "recipes", "k", "wall_seconds", "merged_from")
+
+
+def differences(a, b, path: str = "") -> list[str]:
+    """Dotted keys at which two JSON values differ (`moat.k`), the whole value's path where not both dicts."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return [] if a == b else [path or "(the whole value)"]
+    keys = sorted(set(a) | set(b), key=str)
+    return [d for key in keys for d in differences(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))]
+
+
+def merge_results(parts: Sequence[tuple[str, dict]]) -> dict:
+    """The results of the bench whose invocations gave `parts` (`(label, results)`, e.g. each file's path):
+    their runs together and their seeds in order, with the labels in `merged_from` and the wall times
+    summed. ValueError, naming the part, when one is not of the same bench (another config, evaluation or
+    training data) or holds a run of a (recipe, seed) that another part holds differently."""
+    if not parts:
+        raise ValueError("no results to merge")
+    (first_label, first), merged_runs, k, labels = parts[0], {}, {}, []
+    for label, part in parts:
+        if not isinstance(part, dict) or not isinstance(part.get("runs"), dict) or "seeds" not in part:
+            raise ValueError(f"{label}: not a bench's results (no 'runs' and 'seeds')")
+        shared = sorted((set(first) | set(part)) - set(PER_PART))
+        changed = [d for key in shared for d in differences(first.get(key), part.get(key), key)]
+        if changed:
+            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            raise ValueError(f"{label} is not the same bench as {first_label}: {shown} differ")
+        for recipe, by_seed in part["runs"].items():
+            runs = merged_runs.setdefault(recipe, {})
+            for seed, run in by_seed.items():
+                if seed in runs and runs[seed] != run:
+                    raise ValueError(f"{label}: {recipe} seed {seed} differs from the same run in an earlier part")
+                runs[seed] = run
+        for recipe, value in part.get("k", {}).items():
+            if k.setdefault(recipe, value) != value:
+                raise ValueError(f"{label}: {recipe} has K={value}, an earlier part K={k[recipe]}")
+        labels += part.get("merged_from", [label])
+    merged = {key: value for key, value in first.items() if key not in PER_PART}
+    merged["seeds"] = sorted({int(s) for _, part in parts for s in part["seeds"]})
+    merged["runs"] = merged_runs
+    if any("recipes" in part for _, part in parts):
+        merged["recipes"] = list(dict.fromkeys(r for _, part in parts for r in part.get("recipes", [])))
+        merged["k"] = k
+    if all("wall_seconds" in part for _, part in parts):
+        merged["wall_seconds"] = round(sum(part["wall_seconds"] for _, part in parts), 1)
+    merged["merged_from"] = labels
+    return merged
