@@ -199,12 +199,12 @@ def inference_device() -> torch.device:
 
 
 def special_strings(tokenizer) -> frozenset[str]:
-    """How the tokenizer's special tokens are spelled (its own and its added special ones, e.g. a chat
-    template's `<|im_end|>`), with Lumos's tags: spellings that text in a prompt must not hold."""
-    added = getattr(tokenizer, "added_tokens_decoder", {}).values()
-    return frozenset(
-        [*getattr(tokenizer, "all_special_tokens", ()), *(t.content for t in added if t.special), *LUMOS_SPECIALS]
-    )
+    """Spellings that text in this tokenizer's prompts must not hold: its special tokens (its own and its
+    added special ones, e.g. a chat template's `<|im_end|>`), and Lumos's tags where the prompts are in
+    Lumos's format (no chat template; with one, text such as `<|user|>` is no control token and stays)."""
+    added = [t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special]
+    lumos = () if getattr(tokenizer, "chat_template", None) else LUMOS_SPECIALS
+    return frozenset([*getattr(tokenizer, "all_special_tokens", ()), *added, *lumos])
 
 
 def as_text(tokenizer, text: str) -> str:

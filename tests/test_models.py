@@ -108,6 +108,18 @@ def test_text_that_spells_special_tokens_never_becomes_one(tiny, tmp_path):
     assert _specials(templated, templated(text, add_special_tokens=False)["input_ids"]) == ["<|im_end|>"]
 
 
+def test_the_spellings_kept_out_of_text_are_the_tokenizers_and_in_lumos_format_its_tags():
+    from types import SimpleNamespace
+
+    from coalign.formats import LUMOS_SPECIALS
+    from coalign.models import special_strings
+
+    qwen_like = SimpleNamespace(chat_template="t", all_special_tokens=["<|im_end|>"], added_tokens_decoder={})
+    assert special_strings(qwen_like) == {"<|im_end|>"}  # `<s>` in a page's HTML is no control token here
+    plain = SimpleNamespace(all_special_tokens=["<|endoftext|>"], added_tokens_decoder={})
+    assert special_strings(plain) == {"<|endoftext|>", *LUMOS_SPECIALS}
+
+
 def test_sft_learns_completions_and_generation_returns_them_in_order(tiny, tmp_path):
     torch.manual_seed(0)
     settings = SFTSettings(
