@@ -30,8 +30,11 @@ def merge_results(parts: Sequence[tuple[str, dict]]) -> dict:
         raise ValueError("no results to merge")
     (first_label, first), merged_runs, k, labels = parts[0], {}, {}, []
     for label, part in parts:
-        if not isinstance(part, dict) or not isinstance(part.get("runs"), dict) or "seeds" not in part:
-            raise ValueError(f"{label}: not a bench's results (no 'runs' and 'seeds')")
+        runs = part.get("runs") if isinstance(part, dict) else None
+        if not isinstance(runs, dict) or not all(isinstance(v, dict) for v in runs.values()):
+            raise ValueError(f"{label}: not a bench's results ('runs' is no mapping of recipes to seeds)")
+        if not isinstance(part.get("seeds"), list):
+            raise ValueError(f"{label}: not a bench's results ('seeds' is no list)")
         shared = sorted((set(first) | set(part)) - set(PER_PART))
         changed = [d for key in shared for d in differences(first.get(key), part.get(key), key)]
         if changed:

@@ -321,20 +321,19 @@ def report(
             line = getattr(err, "lineno", None)
             problem = f"not a readable results.json ({type(err).__name__}: {err})"
             raise _fail(DataError(path, line, None, problem)) from None
-    try:
+    from coalign.bench_report import report_markdown, write_report
+
+    try:  # everything is read and rendered before anything is written
         merged = merge_results(parts)
         entry = recipe(merged["config"]["recipe"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise _fail(RunError(f"coalign report: {err}")) from None
+        text = (load(entry.report) if entry.bench else report_markdown)(merged)
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise _fail(RunError(f"coalign report: {type(err).__name__}: {err}")) from None
     prefix = f"{name}-" if name else ""
     write_json(out / f"{prefix}results.json", merged)
     if entry.bench:  # a bench of its own (PilotRL): its curves are read from run folders, not results
-        text = load(entry.report)(merged)
         atomic_write_text(out / f"{prefix}report.md", text + "\n")
     else:
-        from coalign.bench_report import report_markdown, write_report
-
-        text = report_markdown(merged)
         write_report(merged, out, prefix)
     console.print(Markdown(text))
     console.print(f"[bold]report[/bold] of seeds {', '.join(map(str, merged['seeds']))} in {out}")

@@ -139,6 +139,11 @@ def test_invocations_of_one_bench_merge_into_its_report(bench, tmp_path):
     changed["runs"]["moat"]["0"] = {**changed["runs"]["moat"]["0"], "rounds": {}}
     with pytest.raises(ValueError, match="again.json: moat seed 0 differs from the same run in an earlier part"):
         merge_results([parts[1], ("again.json", changed)])
+    with pytest.raises(ValueError, match="odd.json: not a bench's results"):
+        merge_results([parts[0], ("odd.json", {**parts[0][1], "runs": {"moat": [1, 2]}})])
+    (tmp_path / "odd.json").write_text(json.dumps({**parts[0][1], "runs": {"moat": {"0": {"rounds": 7}}}}))
+    odd = CliRunner().invoke(app, ["report", str(tmp_path / "odd.json"), "--out", str(tmp_path / "y")])
+    assert odd.exit_code == 2 and "coalign report: " in odd.output and not (tmp_path / "y").exists()
     (tmp_path / "bad.json").write_text("{not json")
     refused = CliRunner().invoke(app, ["report", str(tmp_path / "bad.json"), "--out", str(tmp_path / "x")])
     assert refused.exit_code == 2 and "bad.json, line 1: not a readable results.json" in refused.output
