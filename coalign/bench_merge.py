@@ -9,16 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from coalign.runs import differences
+
 # Fields that differ between the parts of one bench; every other field must be equal.
 PER_PART = ("runs", "seeds", "recipes", "k", "wall_seconds", "merged_from")
-
-
-def differences(a, b, path: str = "") -> list[str]:
-    """Dotted keys at which two JSON values differ (`moat.k`), the whole value's path where not both dicts."""
-    if not (isinstance(a, dict) and isinstance(b, dict)):
-        return [] if a == b else [path or "(the whole value)"]
-    keys = sorted(set(a) | set(b), key=str)
-    return [d for key in keys for d in differences(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))]
 
 
 def merge_results(parts: Sequence[tuple[str, dict]]) -> dict:

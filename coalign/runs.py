@@ -163,10 +163,25 @@ def _plain(settings: Mapping) -> dict:
     return json.loads(json.dumps(settings, sort_keys=True))
 
 
+def differences(a, b, path: str = "") -> list[str]:
+    """Dotted keys at which two JSON values differ (`training.learning_rate`), down to values that are not
+    both mappings."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return [] if a == b else [path or "(the whole value)"]
+    keys = sorted(set(a) | set(b), key=str)
+    return [d for key in keys for d in differences(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))]
+
+
+def _lookup(settings: dict, dotted: str):
+    for key in dotted.split("."):
+        settings = settings.get(key) if isinstance(settings, dict) else None
+    return settings
+
+
 def _setting_changes(recorded: dict, now: dict) -> list[str]:
-    """One line per setting that differs between a stage's record and now: `setting eval_tasks: 5 -> 10`."""
-    keys = sorted(set(recorded) | set(now))
-    return [f"setting {k}: {recorded.get(k)!r} -> {now.get(k)!r}" for k in keys if recorded.get(k) != now.get(k)]
+    """One line per setting that differs between a stage's record and now: `setting eval_tasks: 5 -> 10`,
+    `setting training.learning_rate: 0.001 -> 0.0005`."""
+    return [f"setting {k}: {_lookup(recorded, k)!r} -> {_lookup(now, k)!r}" for k in differences(recorded, now)]
 
 
 class Run:

@@ -79,7 +79,7 @@ def test_resume_with_a_different_config_is_refused(finished):
         run_lumos(changed, run_dir, Console(quiet=True))
 
 
-def test_a_forced_resume_retrains_the_agents_whose_training_changed(finished, tmp_path):
+def test_a_forced_resume_retrains_the_agents_whose_training_changed(finished, tmp_path, caplog):
     """--force keeps finished stages, but not a checkpoint trained under other settings or other examples:
     a result must never be reported for a training it did not have."""
     import shutil
@@ -96,7 +96,9 @@ def test_a_forced_resume_retrains_the_agents_whose_training_changed(finished, tm
 
     before = mtimes()
     faster = {**TINY, "planner_sft": {**TINY["planner_sft"], "learning_rate": 5e-4}}
-    run_lumos(load_config("tiny", faster), copy, Console(quiet=True), force=True)
+    with caplog.at_level("WARNING"):
+        run_lumos(load_config("tiny", faster), copy, Console(quiet=True), force=True)
+    assert "stage planner_sft is redone: setting training.learning_rate: 0.001 -> 0.0005" in caplog.text
     after = mtimes()
     assert after["planner_sft"] != before["planner_sft"] and after["grounder_sft"] == before["grounder_sft"]
     record = json.loads((copy / "stages" / "planner_sft.json").read_text())
