@@ -109,6 +109,28 @@ def test_a_forced_resume_retrains_the_agents_whose_training_changed(finished, tm
     assert all(t != s for t, s in zip(mtimes().values(), after.values()))  # other examples: both retrained
 
 
+def test_a_resume_in_a_new_process_keeps_every_stage(finished, tmp_path):
+    """What a stage records (settings, digests of its examples) is the same in any process: a resume with
+    another string-hash seed redoes nothing."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from coalign.config import config_to_yaml
+
+    config, run_dir, _ = finished
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    (tmp_path / "config.yaml").write_text(config_to_yaml(config))
+    markers = {p.name: p.read_bytes() for p in (copy / "stages").glob("*.json")}
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    command = [sys.executable, "-m", "coalign.cli", "train", str(tmp_path / "config.yaml"), "--run-dir", str(copy)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert {p.name: p.read_bytes() for p in (copy / "stages").glob("*.json")} == markers
+
+
 def test_grounding_ppl_is_the_grounders_perplexity_of_gold_actions_given_the_plans(finished):
     config, run_dir, results = finished
     from coalign.agents import Agent
