@@ -310,6 +310,7 @@ def report(
     from rich.markdown import Markdown
 
     from coalign.bench_merge import merge_results
+    from coalign.bench_report import report_markdown, write_report
     from coalign.recipe_registry import load, recipe
     from coalign.runs import atomic_write_text, write_json
 
@@ -321,8 +322,6 @@ def report(
             line = getattr(err, "lineno", None)
             problem = f"not a readable results.json ({type(err).__name__}: {err})"
             raise _fail(DataError(path, line, None, problem)) from None
-    from coalign.bench_report import report_markdown, write_report
-
     try:  # everything is read and rendered before anything is written
         merged = merge_results(parts)
         entry = recipe(merged["config"]["recipe"])
