@@ -299,6 +299,14 @@ def bench(
     _bench(config, run_dir, seed_list, names, workers, set_, name, force, skip_bad_rows)
 
 
+def _merged_from(path: Path) -> list | None:
+    """The parts a results file was merged from (None for a bench's own results, or an unreadable file)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("merged_from")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+
+
 @app.command()
 def report(
     results: Annotated[list[Path], typer.Argument(help="results.json files of one bench's invocations")],
@@ -329,7 +337,10 @@ def report(
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise _fail(RunError(f"coalign report: {type(err).__name__}: {err}")) from None
     prefix = f"{name}-" if name else ""
-    write_json(out / f"{prefix}results.json", merged)
+    target = out / f"{prefix}results.json"
+    if target.exists() and _merged_from(target) != merged["merged_from"]:
+        raise _fail(RunError(f"{target} exists and is not a merge of these files: give another --name or --out"))
+    write_json(target, merged)
     if entry.bench:  # a bench of its own (PilotRL): its curves are read from run folders, not results
         atomic_write_text(out / f"{prefix}report.md", text + "\n")
     else:

@@ -130,6 +130,9 @@ def test_invocations_of_one_bench_merge_into_its_report(bench, tmp_path):
     assert done.exit_code == 0, done.output
     assert json.loads((tmp_path / "all" / "results.json").read_text())["runs"] == results["runs"]
     assert (tmp_path / "all" / "rounds.png").exists() and "seeds 0, 1" in done.output
+    assert CliRunner().invoke(app, args).exit_code == 0  # the same merge again replaces its own files
+    over = CliRunner().invoke(app, ["report", str(tmp_path / "s0.json"), "--out", str(tmp_path / "all")])
+    assert over.exit_code == 2 and "results.json exists and is not a merge of these files" in over.output
 
     other = _part(results, "1", 1.0)
     other["config"] = {**other["config"], "moat": {**other["config"]["moat"], "k": 9}}
