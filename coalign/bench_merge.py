@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coalign.runs import differences
+from coalign.config import value_changes
 
 # Fields that differ between the parts of one bench; every other field must be equal.
 PER_PART = ("runs", "seeds", "recipes", "k", "wall_seconds", "merged_from")
@@ -30,7 +30,7 @@ def merge_results(parts: Sequence[tuple[str, dict]]) -> dict:
         if not isinstance(part.get("seeds"), list):
             raise ValueError(f"{label}: not a bench's results ('seeds' is no list)")
         shared = sorted((set(first) | set(part)) - set(PER_PART))
-        changed = [d for key in shared for d in differences(first.get(key), part.get(key), key)]
+        changed = [k for key in shared for k, _, _ in value_changes(first.get(key), part.get(key), key)]
         if changed:
             shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
             raise ValueError(f"{label} is not the same bench as {first_label}: {shown} differ")

@@ -587,16 +587,20 @@ def config_to_yaml(config: RunConfig) -> str:
 UNSET = "<unset>"
 
 
-def _changes(old, new, key: str) -> list[str]:
+def value_changes(old, new, key: str = "") -> list[tuple[str, object, object]]:
+    """Where two JSON-like values differ: `(dotted.key, old, new)` per changed value, list items by index
+    (`data.heldin[0].n`), `<unset>` for a key only one side has."""
     if isinstance(old, dict) and isinstance(new, dict):
         keys = [*old, *(k for k in new if k not in old)]
-        return [c for k in keys for c in _changes(old.get(k, UNSET), new.get(k, UNSET), f"{key}.{k}" if key else k)]
+        return [
+            c for k in keys for c in value_changes(old.get(k, UNSET), new.get(k, UNSET), f"{key}.{k}" if key else k)
+        ]
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [c for i, (a, b) in enumerate(zip(old, new)) for c in _changes(a, b, f"{key}[{i}]")]
-    return [] if old == new else [f"{key or '(top level)'}: {old} -> {new}"]
+        return [c for i, (a, b) in enumerate(zip(old, new)) for c in value_changes(a, b, f"{key}[{i}]")]
+    return [] if old == new else [(key or "(top level)", old, new)]
 
 
 def config_changes(old_yaml: str, new_yaml: str) -> list[str]:
     """How two saved configs differ, one `dotted.key: old -> new` line per changed value (list items by
     index, `<unset>` for a key only one side has); none when they differ only in layout."""
-    return _changes(yaml.safe_load(old_yaml), yaml.safe_load(new_yaml), "")
+    return [f"{k}: {a} -> {b}" for k, a, b in value_changes(yaml.safe_load(old_yaml), yaml.safe_load(new_yaml))]

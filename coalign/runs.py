@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from coalign import ranks
+from coalign.config import value_changes
 
 log = logging.getLogger(__name__)
 
@@ -163,25 +164,10 @@ def _plain(settings: Mapping) -> dict:
     return json.loads(json.dumps(settings, sort_keys=True))
 
 
-def differences(a, b, path: str = "") -> list[str]:
-    """Dotted keys at which two JSON values differ (`training.learning_rate`), down to values that are not
-    both mappings."""
-    if not (isinstance(a, dict) and isinstance(b, dict)):
-        return [] if a == b else [path or "(the whole value)"]
-    keys = sorted(set(a) | set(b), key=str)
-    return [d for key in keys for d in differences(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))]
-
-
-def _lookup(settings: dict, dotted: str):
-    for key in dotted.split("."):
-        settings = settings.get(key) if isinstance(settings, dict) else None
-    return settings
-
-
 def _setting_changes(recorded: dict, now: dict) -> list[str]:
     """One line per setting that differs between a stage's record and now: `setting eval_tasks: 5 -> 10`,
     `setting training.learning_rate: 0.001 -> 0.0005`."""
-    return [f"setting {k}: {_lookup(recorded, k)!r} -> {_lookup(now, k)!r}" for k in differences(recorded, now)]
+    return [f"setting {key}: {old} -> {new}" for key, old, new in value_changes(recorded, now)]
 
 
 class Run:
