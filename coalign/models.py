@@ -213,6 +213,12 @@ def as_text(tokenizer, text: str) -> str:
     return plain_text(text, special_strings(tokenizer))
 
 
+def messages_as_text(tokenizer, messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """`messages` with every content `as_text`, the tokenizer's special spellings looked up once."""
+    specials = special_strings(tokenizer)
+    return [{**m, "content": plain_text(m["content"], specials)} for m in messages]
+
+
 def render_prompt(tokenizer, user: str | Sequence[dict[str, str]]) -> str:
     """The text a model continues from: its chat template when it has one, else Lumos's format.
 
@@ -221,7 +227,7 @@ def render_prompt(tokenizer, user: str | Sequence[dict[str, str]]) -> str:
     content goes in as text (`as_text`): a task that spells `</s>` gets no end-of-turn token from it.
     """
     messages = [{"role": "user", "content": user}] if isinstance(user, str) else list(user)
-    messages = [{**m, "content": as_text(tokenizer, m["content"])} for m in messages]
+    messages = messages_as_text(tokenizer, messages)
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return lumos_generation_prompt(messages[0]["content"]) if isinstance(user, str) else chat_prompt(messages)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coalign.formats import ASSISTANT_TAG, EOS, USER_TAG, FormatError
-from coalign.models import as_text
+from coalign.models import messages_as_text
 
 Message = dict[str, str]
 
@@ -58,11 +58,11 @@ def _template_segments(tokenizer, messages: Sequence[Message]) -> list[Segment]:
 
 def segments(tokenizer, messages: Sequence[Message]) -> list[Segment]:
     """The conversation's text, turn by turn, with which parts the model wrote. A conversation ending on a
-    user turn ends with the prompt for the model's next turn. Contents go in as text (`models.as_text`)."""
+    user turn ends with the prompt for the model's next turn. Contents go in as text (`models.messages_as_text`)."""
     roles = [m["role"] for m in messages]
     if not roles or roles[0] != "user" or any(a == b for a, b in zip(roles, roles[1:])):
         raise FormatError(f"a conversation starts with a user turn and alternates, got roles {roles}")
-    messages = [{**m, "content": as_text(tokenizer, m["content"])} for m in messages]
+    messages = messages_as_text(tokenizer, messages)
     if getattr(tokenizer, "chat_template", None):
         return _template_segments(tokenizer, messages)
     return _lumos_segments(messages)
