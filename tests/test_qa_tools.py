@@ -255,9 +255,9 @@ def test_an_or_question_of_any_length_splits_in_linear_time() -> None:
         "a, " + " " * 40_000 + "or" + " " * 40_000 + "b",
         "a, b" + " or" * 30_000 + "?",
     ]:
-        start = time.perf_counter()
+        start = time.process_time()  # CPU time: a shared CPU must not fail a linear split
         qa._choice(question)
-        assert time.perf_counter() - start < 0.5
+        assert time.process_time() - start < 0.5
 
 
 # --------------------------------------------------------------------------- hostile model text (bundled world)
