@@ -37,6 +37,20 @@ def seeds_of(results: dict) -> list[str]:
     return [str(s) for s in dict.fromkeys(results.get("seeds", []))]
 
 
+def recipe_seeds(results: dict, recipe: str) -> list[str]:
+    """The bench's seeds a recipe ran on: a merged bench may run its ablations on fewer seeds than its main pair."""
+    runs = results["runs"].get(recipe, {})
+    return [s for s in seeds_of(results) if s in runs]
+
+
+def row_label(results: dict, recipe: str) -> str:
+    """The recipe's name, and its seeds when they are not all the bench's (its row then averages fewer)."""
+    seeds = recipe_seeds(results, recipe)
+    if len(seeds) == len(seeds_of(results)):
+        return name(recipe)
+    return f"{name(recipe)} (seed{'s' if len(seeds) != 1 else ''} {', '.join(seeds)})"
+
+
 def paired_t(diffs: list[float]) -> str:
     """The paired t statistic of per-seed differences: "-" from one seed or when the differences are all equal."""
     if len(diffs) < 2 or stdev(diffs) == 0:
@@ -151,9 +165,9 @@ def _ppl_suffix(key: str) -> str:
     return " [gold sg]" if key == "grounding_ppl_gold_subgoals" else ""
 
 
-def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: str = "accuracy", label=None) -> str:
+def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: str = "accuracy", row=None) -> str:
     """Final-round metric per evaluation set and per split average (Tables 2 and 3)."""
-    label = label or name
+    row = row or (lambda recipe: row_label(results, recipe))
     final, cols = rounds_of(results)[-1], _columns(results)
     rows = []
     first = next((r for r in recipes if r in results["runs"]), None)
@@ -161,7 +175,7 @@ def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: s
         rows.append([COLD] + [fmt(values(results, first, "round0", s, metric, d)) for s, d in cols])
     for recipe in recipes:
         if recipe in results["runs"]:
-            rows.append([label(recipe)] + [fmt(values(results, recipe, final, s, metric, d)) for s, d in cols])
+            rows.append([row(recipe)] + [fmt(values(results, recipe, final, s, metric, d)) for s, d in cols])
     return _table(["method"] + _headers(results, cols), rows)
 
 
@@ -183,8 +197,8 @@ def ppl_table(results: dict, recipes: list[str]) -> str:
     rows = []
     for recipe in recipes:
         if recipe in results["runs"]:
-            for label, round_ in (("round 0", "round0"), (final.replace("round", "round "), final)):
-                row = [f"{name(recipe)}, {label}"]
+            for when, round_ in (("round 0", "round0"), (final.replace("round", "round "), final)):
+                row = [f"{row_label(results, recipe)}, {when}"]
                 row += [
                     fmt(values(results, recipe, round_, s, key, d, f), percent=False)
                     for (s, d, f), key in zip(cols, keys)
@@ -205,7 +219,7 @@ def per_round_table(results: dict, recipes: list[str]) -> str:
         if recipe not in results["runs"]:
             continue
         for round_ in rounds_of(results):
-            row = [name(recipe), round_.replace("round", "")]
+            row = [row_label(results, recipe), round_.replace("round", "")]
             for split in ("heldin", "heldout"):
                 row += [
                     fmt(values(results, recipe, round_, split, "accuracy")),
@@ -218,36 +232,60 @@ def per_round_table(results: dict, recipes: list[str]) -> str:
                 ]
             rows.append(row)
     headers = ["method", "round"]
-    for split, label in (("heldin", "held-in"), ("heldout", "held-out")):
-        headers += [f"{label} acc", f"{label} gold-sg acc", f"{label} gap"]
+    for split, split_name in (("heldin", "held-in"), ("heldout", "held-out")):
+        headers += [f"{split_name} acc", f"{split_name} gold-sg acc", f"{split_name} gap"]
         headers += [
-            (f"{label} {f} PPL" if f else f"{label} PPL") + _ppl_suffix(ppl_key(results, split, family=f))
+            (f"{split_name} {f} PPL" if f else f"{split_name} PPL") + _ppl_suffix(ppl_key(results, split, family=f))
             for f in fams[split]
         ]
     return _table(headers, rows)
 
 
-def paired_table(results: dict, recipes: list[str], baseline: str = "lumos") -> str:
-    """Each recipe minus the baseline, seed by seed: recipes of a seed share the cold start, so this pairs them."""
+def paired_diffs(results: dict, recipe: str, baseline: str, split: str, dataset: str | None = None) -> list[float]:
+    """recipe − baseline accuracy after the last round, on each seed both ran: a seed's recipes share its cold
+    start, so these are paired."""
     final = rounds_of(results)[-1]
-    seeds = seeds_of(results)
+
+    def accuracy(r: str, seed: str):
+        block = results["runs"].get(r, {}).get(seed, {}).get("rounds", {}).get(final, {}).get(split, {})
+        return _metrics_of(block, dataset, None).get("accuracy")
+
+    pairs = [(accuracy(recipe, s), accuracy(baseline, s)) for s in seeds_of(results)]
+    return [paired_diff(a, b) for a, b in pairs if a is not None and b is not None]
+
+
+def comparisons(results: dict, recipes: list[str]) -> list[tuple[str, str]]:
+    """(recipe, baseline) pairs to difference: every recipe against the matched Lumos baseline, and every
+    ablation against the full MOAT (what removing its part costs)."""
+    ran = [r for r in recipes if r in results["runs"] and not r.startswith("moat_k")]
+    pairs = [(r, "lumos") for r in ran if r != "lumos" and "lumos" in ran]
+    return pairs + [(r, "moat") for r in ran if r.startswith("moat_no_") and "moat" in ran]
+
+
+def paired_table(results: dict, pairs: list[tuple[str, str]]) -> str:
+    """Each pair's split averages, seed by seed, with the mean and the paired t."""
     rows = []
-    for recipe in recipes:
-        if recipe == baseline or recipe not in results["runs"] or baseline not in results["runs"]:
-            continue
-        row, diffs = [f"{name(recipe)} − {name(baseline)}"], {}
+    for recipe, baseline in pairs:
+        row = [f"{name(recipe)} − {name(baseline)}"]
         for split in ("heldin", "heldout"):
-            pairs = [
-                [results["runs"][r].get(s, {}).get("rounds", {}).get(final, {}).get(split, {}).get("average", {})
-                 .get("accuracy") for r in (recipe, baseline)]
-                for s in seeds
-            ]  # fmt: skip
-            diffs[split] = [paired_diff(a, b) for a, b in pairs if a is not None and b is not None]
-            row += [" / ".join(f"{100 * d:+.1f}" for d in diffs[split]), fmt(diffs[split]), paired_t(diffs[split])]
+            diffs = paired_diffs(results, recipe, baseline, split)
+            row += [" / ".join(f"{100 * d:+.1f}" for d in diffs), fmt(diffs), paired_t(diffs)]
         rows.append(row)
     headers = ["difference (points)", "held-in, per seed", "held-in mean", "held-in t"]
     headers += ["held-out, per seed", "held-out mean", "held-out t"]
     return _table(headers, rows)
+
+
+def paired_columns_table(results: dict, pairs: list[tuple[str, str]]) -> str:
+    """Each pair's difference in every column (each evaluation set and split average): mean ± std over the
+    seeds both ran (listed), and the paired t in brackets where there are two seeds or more."""
+    cols, rows = _columns(results), []
+    for recipe, baseline in pairs:
+        diffs = [paired_diffs(results, recipe, baseline, s, d) for s, d in cols]
+        cells = [fmt(d) + (f" (t {paired_t(d)})" if paired_t(d) != "-" else "") for d in diffs]
+        both = [seed for seed in recipe_seeds(results, recipe) if seed in results["runs"].get(baseline, {})]
+        rows.append([f"{name(recipe)} − {name(baseline)}", ", ".join(both)] + cells)
+    return _table(["difference (points)", "seeds"] + _headers(results, cols), rows)
 
 
 def subgoals_matter_table(results: dict, recipes: list[str]) -> str:
@@ -255,9 +293,9 @@ def subgoals_matter_table(results: dict, recipes: list[str]) -> str:
     final = rounds_of(results)[-1]
     first = next((r for r in recipes if r in results["runs"]), None)
     rows = []
-    for label, recipe, round_ in [(COLD, first, "round0")] + [(name(r), r, final) for r in recipes]:
+    for method, recipe, round_ in [(COLD, first, "round0")] + [(None, r, final) for r in recipes]:
         if recipe in results["runs"]:
-            row = [label]
+            row = [method or row_label(results, recipe)]
             for split in ("heldin", "heldout"):
                 row += [
                     fmt(values(results, recipe, round_, split, k))
@@ -283,6 +321,7 @@ def premise_table(results: dict, recipes: list[str]) -> str:
     A run of several task families adds a row per family under the pooled one (NLLs compare within one)."""
     rows = []
     for recipe in recipes:
+        method = row_label(results, recipe)
         for round_ in rounds_of(results)[1:]:
             stages = [run["stages"].get(round_, {}) for run in results["runs"].get(recipe, {}).values()]
             premise = [s["premise"] for s in stages if s.get("premise")]
@@ -292,12 +331,12 @@ def premise_table(results: dict, recipes: list[str]) -> str:
                 continue
             number = round_.replace("round", "")
             rows.append(
-                [name(recipe), number, *_premise_cells(premise)]
+                [method, number, *_premise_cells(premise)]
                 + [fmt([p["kept_fraction"] for p in pairs]), fmt([d["reward_accuracies"][-1] for d in dpo])]
             )
             for family in sorted({f for p in premise for f in p.get("by_family", {})}):
                 of_family = [p["by_family"][family] for p in premise if family in p.get("by_family", {})]
-                rows.append([f"{name(recipe)}, {family} only", number, *_premise_cells(of_family), "", ""])
+                rows.append([f"{method}, {family} only", number, *_premise_cells(of_family), "", ""])
     headers = ["method", "round", "AUC (low NLL → success)", "point-biserial r", "candidates grounded right (%)"]
     return _table(headers + ["pairs kept (%)", "DPO reward acc, last log (%)"], rows)
 
@@ -329,6 +368,9 @@ def report_markdown(results: dict) -> str:
     sweep = [r for r in recipes if r.startswith("moat_k")]
     seeds = results["seeds"]
     cfg = results["config"]
+    pairs = comparisons(results, recipes)
+    against_lumos = [p for p in pairs if p[1] == "lumos"]
+    against_moat = [p for p in pairs if p[1] == "moat"]
     lines = [
         f"# coalign bench: {cfg['name']}",
         "",
@@ -344,7 +386,11 @@ def report_markdown(results: dict) -> str:
         "",
         "Paired by seed (each seed's recipes start from the same cold start), accuracy points after the last round:",
         "",
-        paired_table(results, [r for r in recipes if not r.startswith("moat_k")]),
+        paired_table(results, against_lumos),
+        "",
+        "The same differences in every column (mean ± std over seeds, paired t in brackets):",
+        "",
+        paired_columns_table(results, against_lumos),
         "",
         "## Do the subgoals matter? Grounder accuracy (%) given the gold vs blanked subgoals, after the last round",
         "",
@@ -358,6 +404,9 @@ def report_markdown(results: dict) -> str:
     if len(ablations) > 1:
         lines += ["## Ablations (Table 3 analogue): accuracy (%) after the last round", ""]
         lines += [accuracy_table(results, ablations, with_cold=False), ""]
+    if against_moat:
+        lines += ["Each ablation minus the full MOAT, paired by seed (what removing the part costs), points:", ""]
+        lines += [paired_table(results, against_moat), "", paired_columns_table(results, against_moat), ""]
     lines += [
         "## Grounding PPL of the gold actions given the planner's subgoals (Table 4 analogue; lower is better)",
         "",
@@ -379,7 +428,7 @@ def report_markdown(results: dict) -> str:
     if sweep:
         lines += ["## K sweep (Figure 3 analogue): accuracy (%) after the last round", ""]
         order = sorted(sweep + (["moat"] if "moat" in recipes else []), key=lambda r: results["k"][r])
-        lines += [accuracy_table(results, order, with_cold=False, label=lambda r: f"MOAT K={results['k'][r]}"), ""]
+        lines += [accuracy_table(results, order, with_cold=False, row=lambda r: f"MOAT K={results['k'][r]}"), ""]
     return "\n".join(lines)
 
 

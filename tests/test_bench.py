@@ -9,7 +9,15 @@ import pytest
 from rich.console import Console
 
 from coalign.bench import recipe_config, run_bench
-from coalign.bench_report import accuracy_table, fmt, paired_table, premise_table, report_markdown
+from coalign.bench_report import (
+    accuracy_table,
+    comparisons,
+    fmt,
+    paired_columns_table,
+    paired_table,
+    premise_table,
+    report_markdown,
+)
 from coalign.config import load_config
 from coalign.console import make_console
 from coalign.parallel import Job, latest_line, run_jobs
@@ -191,12 +199,39 @@ def test_report_tables_are_mean_and_sample_std_over_seeds():
     table = accuracy_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}), ["lumos", "moat"], with_cold=False)
     assert "| Lumos (matched budget) | 12.5 ± 3.5 | 12.5 ± 3.5 |" in table
     assert "| MOAT | 25.0 ± 7.1 | 25.0 ± 7.1 |" in table
-    paired = paired_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}), ["lumos", "moat"])
+    paired = paired_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}), [("moat", "lumos")])
     assert "| MOAT − Lumos (matched budget) | +10.0 / +15.0 | 12.5 ± 3.5 | 5.00 |" in paired  # paired t
-    once = paired_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}) | {"seeds": [0, 1, 1]}, ["lumos", "moat"])
+    once = paired_table(
+        _results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}) | {"seeds": [0, 1, 1]}, [("moat", "lumos")]
+    )
     assert "| +10.0 / +15.0 | 12.5 ± 3.5 | 5.00 |" in once  # a seed listed twice is one pair
     premise = premise_table(_results({"moat": [0.2, 0.3]}), ["moat"])
     assert "| MOAT | 1 | 0.550 ± 0.071 |" in premise
+
+
+def test_ablations_on_fewer_seeds_are_labelled_and_paired_on_the_seeds_they_share():
+    """A merged bench: the main pair on seeds 0-2, an ablation on seed 1 only (run in another invocation)."""
+    results = _results({"lumos": [0.1, 0.15, 0.2], "moat": [0.2, 0.3, 0.3]})
+    ablation = _results({"moat_no_critic": [0.0, 0.4]})["runs"]["moat_no_critic"]["1"]
+    results["runs"]["moat_no_critic"] = {"1": ablation}
+    results["recipes"].append("moat_no_critic")
+    results |= {
+        "config": {"name": "t", "moat": {"rounds": 1, "tasks": 10, "k": 4, "critic": "none"}},
+        "wall_seconds": 1,
+    }
+    assert comparisons(results, results["recipes"]) == [
+        ("moat", "lumos"),
+        ("moat_no_critic", "lumos"),
+        ("moat_no_critic", "moat"),
+    ]
+    columns = paired_columns_table(results, comparisons(results, results["recipes"]))
+    assert "| MOAT − Lumos (matched budget) | 0, 1, 2 | 11.7 ± 2.9 (t 7.00) | 11.7 ± 2.9 (t 7.00) | - |" in columns
+    assert "| MOAT w/o critic − Lumos (matched budget) | 1 | 25.0 | 25.0 | - |" in columns  # seed 1: 0.4 - 0.15
+    assert "| MOAT w/o critic − MOAT | 1 | 10.0 | 10.0 | - |" in columns  # no t from one pair
+    report = report_markdown(results)
+    assert "| MOAT w/o critic (seed 1) | 40.0 | 40.0 | - |" in report  # its row averages one seed, and says so
+    assert "| MOAT | 26.7 ± 5.8 | 26.7 ± 5.8 | - |" in report
+    assert "Each ablation minus the full MOAT" in report and "| MOAT w/o critic − MOAT | +10.0 | 10.0 | - |" in report
 
 
 def test_parallel_jobs_return_in_order_and_log_their_output(tmp_path):
