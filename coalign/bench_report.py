@@ -282,7 +282,7 @@ def paired_columns_table(results: dict, pairs: list[tuple[str, str]]) -> str:
     cols, rows = _columns(results), []
     for recipe, baseline in pairs:
         diffs = [paired_diffs(results, recipe, baseline, s, d) for s, d in cols]
-        cells = [fmt(d) + (f" (t {paired_t(d)})" if paired_t(d) != "-" else "") for d in diffs]
+        cells = [fmt(d) + (f" (t {t})" if (t := paired_t(d)) != "-" else "") for d in diffs]
         both = [seed for seed in recipe_seeds(results, recipe) if seed in results["runs"].get(baseline, {})]
         rows.append([f"{name(recipe)} − {name(baseline)}", ", ".join(both)] + cells)
     return _table(["difference (points)", "seeds"] + _headers(results, cols), rows)
