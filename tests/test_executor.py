@@ -280,9 +280,9 @@ _LEGAL = {"unary chain": "1"}
 
 @pytest.mark.parametrize("name", sorted(_HOSTILE))
 def test_hostile_text_gives_a_trace_with_an_error_quickly(name: str) -> None:
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: the work done, whatever else the machine runs
     trace = execute(_HOSTILE[name])
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert isinstance(trace, Trace)
     if name in _LEGAL:
         assert trace.answer == _LEGAL[name] and trace.error is None

@@ -23,6 +23,9 @@ Where we differ from Lumos, and why:
 - The reader raises a ToolError instead of answering "No answer", so the trace says why.
 - A query or question over `MAX_QUERY_CHARS` is refused: model text is hostile input, and the
   ranking and reading costs grow with it (contexts are bounded by the executor's input limit).
+  So is a ParagraphRetrieve over more than `MAX_PARAGRAPHS` paragraphs: 100,000 characters of
+  one-letter lines cost a ranker far longer than the call's time limit, on a busy machine a
+  timeout or an answer by chance; a refusal is the same whatever the load.
 
 The knowledge comes from a `QABackend`. The embedded default, `LocalQA` over the bundled world
 (`coalign.tools.qa_world`), finds pages by title or BM25, ranks paragraphs with BM25 and answers
@@ -57,6 +60,7 @@ from coalign.tools.qa_world import bundled_world
 QUERY_MARK = ", Query: "
 QUESTION_MARK = ", Question: "
 MAX_QUERY_CHARS = 2_000  # a KnowledgeQuery query, a ParagraphRetrieve query or a QA question (contexts may be long)
+MAX_PARAGRAPHS = 1_000  # one ParagraphRetrieve's choices (Lumos ranks ~40 sentences of one page)
 
 Tool = Callable[[str], tuple[str, ...]]
 
@@ -315,7 +319,10 @@ def qa_tools(backend: Callable[[], QABackend]) -> dict[str, Tool]:
 
     def paragraph_retrieve(argument: str) -> tuple[str]:
         context, query = _split(argument, QUERY_MARK, "ParagraphRetrieve", "(context, Query: question)")
-        return ("\n".join(backend().retrieve(_paragraphs(context), query)),)
+        paragraphs = _paragraphs(context)
+        if len(paragraphs) > MAX_PARAGRAPHS:
+            raise ToolError(f"{len(paragraphs):,} paragraphs to rank (limit {MAX_PARAGRAPHS:,})")
+        return ("\n".join(backend().retrieve(paragraphs, query)),)
 
     def qa(argument: str) -> tuple[str]:
         context, question = _split(argument, QUESTION_MARK, "QA", "([context, ...], Question: question)")
