@@ -23,9 +23,9 @@ Where we differ from Lumos, and why:
 - The reader raises a ToolError instead of answering "No answer", so the trace says why.
 - A query or question over `MAX_QUERY_CHARS` is refused: model text is hostile input, and the
   ranking and reading costs grow with it (contexts are bounded by the executor's input limit).
-  So is a ParagraphRetrieve over more than `MAX_PARAGRAPHS` paragraphs: 100,000 characters of
-  one-letter lines cost a ranker far longer than the call's time limit, on a busy machine a
-  timeout or an answer by chance; a refusal is the same whatever the load.
+  So is a ParagraphRetrieve over more than `MAX_PARAGRAPHS` paragraphs: 45,000 one-letter lines
+  cost BM25 0.2-0.3 s of CPU, a quarter of the call's time limit, so a busy machine timed out where
+  an idle one answered; a refusal is the same whatever the load.
 
 The knowledge comes from a `QABackend`. The embedded default, `LocalQA` over the bundled world
 (`coalign.tools.qa_world`), finds pages by title or BM25, ranks paragraphs with BM25 and answers
