@@ -317,12 +317,12 @@ def test_hostile_qa_text_gives_a_trace_with_an_error_quickly(name: str) -> None:
 
 def test_paragraph_retrieve_ranks_up_to_its_paragraph_limit_and_refuses_one_more() -> None:
     """The limit, not the machine's load, decides: at the limit it answers, past it the error says why."""
-    lines = ["filler"] * (qa.MAX_PARAGRAPHS - 1) + [f"{PERSON} was born in 1830."]
+    limit = qa.MAX_PARAGRAPHS
+    lines = ["filler"] * (limit - 1) + [f"{PERSON} was born in 1830."]
     at_limit = execute("R1 = ParagraphRetrieve(" + "\n".join(lines) + ", Query: born)", domain="qa")
     assert (at_limit.answer, at_limit.error) == (lines[-1], None)
     past = execute("R1 = ParagraphRetrieve(" + "\n".join(["filler", *lines]) + ", Query: born)", domain="qa")
     assert past.answer is None
-    limit = qa.MAX_PARAGRAPHS
     assert past.error == f"step 1: ParagraphRetrieve: {limit + 1:,} paragraphs to rank (limit {limit:,})"
 
 
