@@ -8,6 +8,7 @@ averaged only within a family, since a PPL is only comparable on the same kind o
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from statistics import mean, stdev
 
@@ -56,6 +57,43 @@ def paired_t(diffs: list[float]) -> str:
     if len(diffs) < 2 or stdev(diffs) == 0:
         return "-"
     return f"{mean(diffs) / (stdev(diffs) / len(diffs) ** 0.5):.2f}"
+
+
+def t_two_sided_p(t: float, dof: int) -> float:
+    """P(|T| >= |t|) for Student's t with `dof` (>= 1) degrees of freedom, exactly, from the closed forms
+    for whole degrees of freedom (Abramowitz & Stegun 26.7.3-4): no scipy for one table line."""
+    theta = math.atan(abs(t) / math.sqrt(dof))
+    cos2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+    if dof % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), dof - 3 terms after 1
+        for k in range(2, dof - 1, 2):
+            term *= cos2 * k / (k + 1)
+            total += term
+        inside = 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if dof > 1 else 0.0))
+    else:  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+        for k in range(1, dof - 2, 2):
+            term *= cos2 * k / (k + 1)
+            total += term
+        inside = math.sin(theta) * total
+    return min(1.0, max(0.0, 1.0 - inside))
+
+
+def t_critical(dof: int, p: float = 0.05) -> float:
+    """The |t| a two-sided test at level p needs with `dof` degrees of freedom (bisection on t_two_sided_p)."""
+    low, high = 0.0, 1e6
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if t_two_sided_p(mid, dof) > p else (low, mid)
+    return high
+
+
+def t_bars(seed_counts: list[int]) -> str:
+    """One sentence naming, for each number of seeds the paired tables use, the |t| a 5% two-sided test needs:
+    a t from two seeds has one degree of freedom and means little however large it is."""
+    counts = sorted({n for n in seed_counts if n >= 2})
+    if not counts:
+        return ""
+    bars = ", ".join(f"{t_critical(n - 1):.2f} from {n} seeds" for n in counts)
+    return f"A paired t from n seeds has n − 1 degrees of freedom; p < 0.05 (two-sided) needs |t| above {bars}."
 
 
 def paired_diff(a: float, b: float) -> float:
@@ -276,6 +314,11 @@ def paired_table(results: dict, pairs: list[tuple[str, str]]) -> str:
     return _table(headers, rows)
 
 
+def shared_seeds(results: dict, recipe: str, baseline: str) -> list[str]:
+    """The seeds both recipes ran: the pairs their differences are taken over."""
+    return [seed for seed in recipe_seeds(results, recipe) if seed in results["runs"].get(baseline, {})]
+
+
 def paired_columns_table(results: dict, pairs: list[tuple[str, str]]) -> str:
     """Each pair's difference in every column (each evaluation set and split average): mean ± std over the
     seeds both ran (listed), and the paired t in brackets where there are two seeds or more."""
@@ -283,8 +326,7 @@ def paired_columns_table(results: dict, pairs: list[tuple[str, str]]) -> str:
     for recipe, baseline in pairs:
         diffs = [paired_diffs(results, recipe, baseline, s, d) for s, d in cols]
         cells = [fmt(d) + (f" (t {t})" if (t := paired_t(d)) != "-" else "") for d in diffs]
-        both = [seed for seed in recipe_seeds(results, recipe) if seed in results["runs"].get(baseline, {})]
-        rows.append([f"{name(recipe)} − {name(baseline)}", ", ".join(both)] + cells)
+        rows.append([f"{name(recipe)} − {name(baseline)}", ", ".join(shared_seeds(results, recipe, baseline))] + cells)
     return _table(["difference (points)", "seeds"] + _headers(results, cols), rows)
 
 
@@ -392,6 +434,7 @@ def report_markdown(results: dict) -> str:
         "",
         paired_columns_table(results, against_lumos),
         "",
+        *([bars, ""] if (bars := t_bars([len(shared_seeds(results, *pair)) for pair in pairs])) else []),
         "## Do the subgoals matter? Grounder accuracy (%) given the gold vs blanked subgoals, after the last round",
         "",
         subgoals_matter_table(results, main),

@@ -7,7 +7,7 @@ a run's metrics hold one block per plan-update interval ("k1", "k2", ...) as `re
 
 from __future__ import annotations
 
-from coalign.bench_report import _table, mean_std, paired_diff, paired_t, seeds_of
+from coalign.bench_report import _table, mean_std, paired_diff, paired_t, seeds_of, t_bars
 from coalign.grpo_stages import order_label
 
 NAMES = {
@@ -143,6 +143,7 @@ def report_markdown(results: dict) -> str:
     if pairs:
         parts += ["Paired by seed (the GRPO runs of a seed start from its SFT run):"]
         parts += [paired_table(results, v, b, measure) for v, b in pairs for measure in ("success", "well_formed")]
+        parts += [bars] if (bars := t_bars([len(seeds_of(results))])) else []
     parts += ["Generated tokens and steps per task (Table 9):", cost_table(results)]
     if any(run.get("rl_order") for runs in results["runs"].values() for seed in runs.values() for run in seed.values()):
         parts += ["GRPO reward curves per stage (executor adherence, planner plan quality, end-to-end; Figure 3): "

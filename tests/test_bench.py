@@ -17,6 +17,9 @@ from coalign.bench_report import (
     paired_table,
     premise_table,
     report_markdown,
+    t_bars,
+    t_critical,
+    t_two_sided_p,
 )
 from coalign.config import load_config
 from coalign.console import make_console
@@ -232,6 +235,22 @@ def test_ablations_on_fewer_seeds_are_labelled_and_paired_on_the_seeds_they_shar
     assert "| MOAT w/o critic (seed 1) | 40.0 | 40.0 | - |" in report  # its row averages one seed, and says so
     assert "| MOAT | 26.7 ± 5.8 | 26.7 ± 5.8 | - |" in report
     assert "Each ablation minus the full MOAT" in report and "| MOAT w/o critic − MOAT | +10.0 | 10.0 | - |" in report
+    # the t values above come from three seeds (one pair gives none): the report names the bar for three only
+    assert "p < 0.05 (two-sided) needs |t| above 4.30 from 3 seeds." in report
+
+
+def test_t_bars_match_the_students_t_table():
+    """Two-sided 5% critical values from a printed t table, 1-8 and 30 degrees of freedom."""
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 30: 2.042}
+    assert {dof: round(t_critical(dof), 3) for dof in table} == table
+    assert round(t_critical(4, p=0.01), 3) == 4.604
+    assert t_two_sided_p(0.0, 3) == 1.0 and t_two_sided_p(-2.776, 4) == pytest.approx(0.05, abs=1e-4)
+    assert t_two_sided_p(1.0, 1) == pytest.approx(0.5)  # Cauchy: P(|T| >= 1) = 1/2
+    assert t_bars([5, 2, 5]) == (
+        "A paired t from n seeds has n − 1 degrees of freedom; p < 0.05 (two-sided) needs |t| above "
+        "12.71 from 2 seeds, 2.78 from 5 seeds."
+    )
+    assert t_bars([1, 0]) == ""  # no t is printed from one seed
 
 
 def test_parallel_jobs_return_in_order_and_log_their_output(tmp_path):

@@ -48,6 +48,7 @@ def test_update_table_lists_every_interval():
 def test_report_holds_all_tables():
     text = report_markdown(RESULTS)
     assert text.count("|---") >= 4 and "Table 9" in text and "Table 10" in text
+    assert "needs |t| above 12.71 from 2 seeds." in text  # the two seeds' t values have one degree of freedom
 
 
 def test_runs_evaluated_with_the_experts_plans_get_their_own_tables():
