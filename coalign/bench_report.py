@@ -64,7 +64,7 @@ def t_two_sided_p(t: float, dof: int) -> float:
     for whole degrees of freedom (Abramowitz & Stegun 26.7.3-4): no scipy for one table line."""
     theta = math.atan(abs(t) / math.sqrt(dof))
     cos2, term, total = math.cos(theta) ** 2, 1.0, 1.0
-    if dof % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), dof - 3 terms after 1
+    if dof % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), (dof - 3) / 2 terms after 1
         for k in range(2, dof - 1, 2):
             term *= cos2 * k / (k + 1)
             total += term
