@@ -63,16 +63,14 @@ def t_two_sided_p(t: float, dof: int) -> float:
     """P(|T| >= |t|) for Student's t with `dof` (>= 1) degrees of freedom, exactly, from the closed forms
     for whole degrees of freedom (Abramowitz & Stegun 26.7.3-4): no scipy for one table line."""
     theta = math.atan(abs(t) / math.sqrt(dof))
-    cos2, term, total = math.cos(theta) ** 2, 1.0, 1.0
-    if dof % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...)), (dof - 3) / 2 terms after 1
-        for k in range(2, dof - 1, 2):
-            term *= cos2 * k / (k + 1)
-            total += term
+    cos2, term, total, odd = math.cos(theta) ** 2, 1.0, 1.0, dof % 2
+    # the series: odd dof 1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ..., even dof 1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...
+    for k in range(1 + odd, dof - 2 + odd, 2):
+        term *= cos2 * k / (k + 1)
+        total += term
+    if odd:  # (2/pi) (theta + sin cos series); dof 1 has no series
         inside = 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if dof > 1 else 0.0))
-    else:  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
-        for k in range(1, dof - 2, 2):
-            term *= cos2 * k / (k + 1)
-            total += term
+    else:  # sin series
         inside = math.sin(theta) * total
     return min(1.0, max(0.0, 1.0 - inside))
 
