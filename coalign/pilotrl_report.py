@@ -59,16 +59,22 @@ def success_table(results: dict, measure: str = "success", k: str = "k1") -> str
     return _table(headers, rows)
 
 
+def paired_diffs(results: dict, variant: str, baseline: str, measure: str, split: str) -> list[float]:
+    """`variant` minus `baseline` on `split`'s average of `measure`, on each seed both ran."""
+    diffs = []
+    for seed in seeds_of(results):
+        a = results["runs"].get(variant, {}).get(seed, {}).get("k1", {}).get(split)
+        b = results["runs"].get(baseline, {}).get(seed, {}).get("k1", {}).get(split)
+        if a and b and measure in a and measure in b:
+            diffs.append(paired_diff(a[measure], b[measure]))
+    return diffs
+
+
 def paired_table(results: dict, variant: str = "adaplan", baseline: str = "react", measure: str = "success") -> str:
     """`variant` minus `baseline` per seed on each split's average of `measure`, with the paired t statistic."""
     rows = []
     for split in ("heldin", "heldout"):
-        diffs = []
-        for seed in seeds_of(results):
-            a = results["runs"].get(variant, {}).get(seed, {}).get("k1", {}).get(split)
-            b = results["runs"].get(baseline, {}).get(seed, {}).get("k1", {}).get(split)
-            if a and b and measure in a and measure in b:
-                diffs.append(paired_diff(a[measure], b[measure]))
+        diffs = paired_diffs(results, variant, baseline, measure, split)
         rows.append([split, " / ".join(f"{d:+.1f}" for d in diffs) or "-", _fmt(diffs), paired_t(diffs)])
     title = f"{measure}: {NAMES.get(variant, variant)} − {NAMES.get(baseline, baseline)} (points)"
     return _table([title, "per seed", "mean ± std", "t"], rows)
@@ -143,7 +149,9 @@ def report_markdown(results: dict) -> str:
     if pairs:
         parts += ["Paired by seed (the GRPO runs of a seed start from its SFT run):"]
         parts += [paired_table(results, v, b, measure) for v, b in pairs for measure in ("success", "well_formed")]
-        parts += [bars] if (bars := t_bars([len(seeds_of(results))])) else []
+        counts = [len(paired_diffs(results, v, b, m, split)) for v, b in pairs for m in ("success", "well_formed")
+                  for split in ("heldin", "heldout")]  # fmt: skip
+        parts += [bars] if (bars := t_bars(counts)) else []
     parts += ["Generated tokens and steps per task (Table 9):", cost_table(results)]
     if any(run.get("rl_order") for runs in results["runs"].values() for seed in runs.values() for run in seed.values()):
         parts += ["GRPO reward curves per stage (executor adherence, planner plan quality, end-to-end; Figure 3): "

@@ -51,6 +51,16 @@ def test_report_holds_all_tables():
     assert "needs |t| above 12.71 from 2 seeds." in text  # the two seeds' t values have one degree of freedom
 
 
+def test_t_bar_counts_the_seeds_each_pair_shares():
+    three = {
+        **RESULTS,
+        "seeds": [0, 1, 2],
+        "runs": {**RESULTS["runs"], "react": {**RESULTS["runs"]["react"], "2": block(1.0)}},
+    }
+    text = report_markdown(three)  # react ran seed 2, adaplan did not: the pair's t still comes from 2 seeds
+    assert "12.71 from 2 seeds" in text and "from 3 seeds" not in text
+
+
 def test_runs_evaluated_with_the_experts_plans_get_their_own_tables():
     results = {**RESULTS, "runs": {**RESULTS["runs"], "adaplan": {
         seed: {**run, **block(80.0 + 10 * int(seed), "expert_k1")} for seed, run in RESULTS["runs"]["adaplan"].items()
