@@ -424,14 +424,21 @@ def report_markdown(results: dict) -> str:
         "",
         accuracy_table(results, main, with_cold=True),
         "",
-        "Paired by seed (each seed's recipes start from the same cold start), accuracy points after the last round:",
-        "",
-        paired_table(results, against_lumos),
-        "",
-        "The same differences in every column (mean ± std over seeds, paired t in brackets):",
-        "",
-        paired_columns_table(results, against_lumos),
-        "",
+        *(
+            [
+                "Paired by seed (each seed's recipes start from the same cold start), accuracy points after the "
+                "last round:",
+                "",
+                paired_table(results, against_lumos),
+                "",
+                "The same differences in every column (mean ± std over seeds, paired t in brackets):",
+                "",
+                paired_columns_table(results, against_lumos),
+                "",
+            ]
+            if against_lumos
+            else []
+        ),
         *([bars, ""] if (bars := t_bars([len(shared_seeds(results, *pair)) for pair in pairs])) else []),
         "## Do the subgoals matter? Grounder accuracy (%) given the gold vs blanked subgoals, after the last round",
         "",

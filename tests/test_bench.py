@@ -239,6 +239,18 @@ def test_ablations_on_fewer_seeds_are_labelled_and_paired_on_the_seeds_they_shar
     assert "p < 0.05 (two-sided) needs |t| above 4.30 from 3 seeds." in report
 
 
+def test_a_bench_of_moat_alone_has_no_empty_paired_tables():
+    results = _results({"moat": [0.2, 0.3]}) | {
+        "config": {"name": "t", "moat": {"rounds": 1, "tasks": 10, "k": 4, "critic": "none"}},
+        "wall_seconds": 1,
+    }
+    report = report_markdown(results)
+    assert "| MOAT | 25.0 ± 7.1 |" in report and "Paired by seed" not in report and "|t|" not in report
+    assert "Paired by seed" in report_markdown(
+        _results({"lumos": [0.1], "moat": [0.2]}) | {"config": results["config"], "wall_seconds": 1}
+    )
+
+
 def test_t_bars_match_the_students_t_table():
     """Two-sided 5% critical values from a printed t table, 1-8 and 30 degrees of freedom."""
     table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 30: 2.042}
