@@ -85,8 +85,8 @@ class TinySpec(Settings):
 
 class ModelSettings(Settings):
     """Where each agent starts: `scratch` (a model of shape `tiny` made here; `tiny` is its older name), a base
-    shipped with the package by name (`coalign-base-2`, `coalign-base`), or any HF causal LM path / hub id.
-    `models: NAME` (a string) starts both agents from NAME."""
+    shipped with the package by name (`coalign-base-4`, `coalign-base-2`, `coalign-base`), or any HF causal LM
+    path / hub id. `models: NAME` (a string) starts both agents from NAME."""
 
     planner: str = "tiny"
     grounder: str = "tiny"

@@ -171,7 +171,7 @@ def test_the_corpus_contamination_check_is_run_and_recorded(mini_run: Path) -> N
     assert recorded["verbatim"]["checked"] > 0
 
 
-@pytest.mark.parametrize("name", ["coalign-base", "coalign-base-2"])
+@pytest.mark.parametrize("name", ["coalign-base", "coalign-base-2", "coalign-base-4"])
 def test_the_shipped_bases_are_whole_small_and_their_recipes_hold(name: str) -> None:
     from coalign.models import load_model
 
@@ -182,10 +182,13 @@ def test_the_shipped_bases_are_whole_small_and_their_recipes_hold(name: str) -> 
     assert recipe["steps"] == config.train.max_steps and recipe["corpus"]["seed"] == config.seed
     assert recipe["leakage"]["verbatim"]["sets_with_leaks"].keys() <= {"gsm8k-test:question"}  # GSM8K's own
     assert recipe["leakage"]["skeleton"]["leaked"] == 0
-    if config.init_from:  # continued from a shipped base: the one this package ships, bytes and all
-        parent = json.loads((Path(bases.starting_point(config.init_from)) / "recipe.json").read_text())
-        assert recipe["init_from"]["files_sha256"] == parent["files_sha256"]
-        assert recipe["tokens_seen_in_all"] == recipe["tokens_seen"] + parent["tokens_seen"]
+    if config.init_from:  # continued from another base: its tokens counted, and a shipped one's bytes checked
+        parent = recipe["init_from"]
+        assert recipe["tokens_seen_in_all"] == recipe["tokens_seen"] + parent["tokens_seen_in_all"]
+        if bases.base_path(config.init_from):
+            shipped = json.loads((Path(bases.starting_point(config.init_from)) / "recipe.json").read_text())
+            assert parent["files_sha256"] == shipped["files_sha256"]
+            assert parent["tokens_seen_in_all"] == shipped.get("tokens_seen_in_all", shipped["tokens_seen"])
     tokenizer = load_tokenizer(folder)
     assert tokenizer.tokenize("2026") == list("2026")
     model = load_model(folder)
@@ -193,14 +196,16 @@ def test_the_shipped_bases_are_whole_small_and_their_recipes_hold(name: str) -> 
     assert model.generate(**ids, max_new_tokens=4, do_sample=False).shape[1] > ids["input_ids"].shape[1]
 
 
-def test_the_bundled_configs_start_from_the_newest_base() -> None:
+def test_the_bundled_configs_start_from_shipped_bases() -> None:
     from coalign.config import BUNDLED, load_config
 
-    assert {"coalign-base", "coalign-base-2"} <= set(bases.shipped_bases())
+    assert {"coalign-base", "coalign-base-2", "coalign-base-4"} <= set(bases.shipped_bases())
     for path in sorted(BUNDLED.glob("tiny*.yaml")):
         run = load_config(path.stem)
         starts = [run.pilotrl.model] if run.recipe == "pilotrl" else [run.models.planner, run.models.grounder]
-        assert starts == ["coalign-base-2"] * len(starts), path.name
+        assert set(starts) <= {"coalign-base-2", "coalign-base-4"}, path.name
+    tiny = load_config("tiny").models  # the maths team: base-2 plans better, base-4 copies subgoals better
+    assert (tiny.planner, tiny.grounder) == ("coalign-base-2", "coalign-base-4")
 
 
 def test_models_can_name_one_start_for_both_agents(tmp_path: Path) -> None:
@@ -211,4 +216,4 @@ def test_models_can_name_one_start_for_both_agents(tmp_path: Path) -> None:
     models = load_config(path).models
     assert (models.planner, models.grounder) == ("scratch", "scratch")
     split = load_config("tiny", {"models": {"planner": "scratch"}}).models
-    assert (split.planner, split.grounder) == ("scratch", "coalign-base-2")
+    assert (split.planner, split.grounder) == ("scratch", "coalign-base-4")
