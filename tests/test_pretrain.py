@@ -61,7 +61,9 @@ def test_a_base_continues_from_another(mini_run: Path, tmp_path: Path) -> None:
     corpus of its own seed, and the recipe chains the parent's hashes and the tokens seen in all."""
     from coalign.models import load_model
 
-    config = load_pretrain_config("mini", {"init_from": str(mini_run), "seed": 1, "train": {"max_steps": 4}})
+    config = load_pretrain_config(
+        "mini", {"init_from": str(mini_run), "model": None, "seed": 1, "train": {"max_steps": 4}}
+    )
     pretrain(config, tmp_path / "more", CONSOLE)
     init, parent = tmp_path / "more" / "models" / "init", mini_run / "base"
     assert (init / "tokenizer.json").read_text() == (parent / "tokenizer.json").read_text()
@@ -107,11 +109,18 @@ def test_split_words_makes_a_copied_word_the_same_tokens_wherever_it_stands() ->
     assert split.decode(split(text).input_ids) == text
 
 
-def test_split_words_needs_a_new_tokenizer(tmp_path: Path) -> None:
-    path = tmp_path / "words.yaml"
-    path.write_text("name: x\ninit_from: coalign-base-2\nsplit_words: true\n")
-    with pytest.raises(ConfigError, match="split_words"):
+@pytest.mark.parametrize(
+    ("line", "named"), [("split_words: true", "split_words"), ("model: {hidden_size: 64}", "model")]
+)
+def test_a_continued_base_keeps_its_parents_tokenizer_and_shape(tmp_path: Path, line: str, named: str) -> None:
+    path = tmp_path / "more.yaml"
+    path.write_text(f"name: x\ninit_from: coalign-base-2\n{line}\n")
+    with pytest.raises(ConfigError, match=named):
         load_pretrain_config(path)
+    path.write_text("name: x\ninit_from: coalign-base-2\n")
+    assert load_pretrain_config(path).model is None
+    path.write_text("name: x\n")
+    assert load_pretrain_config(path).model is not None  # a new base's default shape
 
 
 def test_bad_pretraining_config_names_file_line_and_key(tmp_path: Path) -> None:
@@ -182,6 +191,10 @@ def test_the_shipped_bases_are_whole_small_and_their_recipes_hold(name: str) -> 
     assert recipe["steps"] == config.train.max_steps and recipe["corpus"]["seed"] == config.seed
     assert recipe["leakage"]["verbatim"]["sets_with_leaks"].keys() <= {"gsm8k-test:question"}  # GSM8K's own
     assert recipe["leakage"]["skeleton"]["leaked"] == 0
+    shape = json.loads((folder / "config.json").read_text())
+    if config.model is not None:  # a base made from scratch records the shape it trained
+        trained = (shape["hidden_size"], shape["num_attention_heads"])
+        assert (config.model.hidden_size, config.model.num_heads) == trained
     if config.init_from:  # continued from another base: its tokens counted, and a shipped one's bytes checked
         parent = recipe["init_from"]
         assert recipe["tokens_seen_in_all"] == recipe["tokens_seen"] + parent["tokens_seen_in_all"]

@@ -45,10 +45,12 @@ class PretrainConfig(Settings):
     init_from: str | None = Field(
         None,
         description="continue pretraining a base (a shipped name or a folder with recipe.json): its weights and "
-        "tokenizer, not a new tokenizer and random weights; `model` is then ignored",
+        "tokenizer, not a new tokenizer and random weights",
     )
     corpus: CorpusSettings = CorpusSettings()
-    model: TinySpec = TinySpec()
+    model: TinySpec | None = Field(
+        None, description="a new model's shape (default: TinySpec's); none with init_from, which keeps its parent's"
+    )
     split_words: bool = Field(
         False,
         description="a tokenizer whose merges never cross a word boundary (GPT-2's split), so a copied word is "
@@ -58,10 +60,21 @@ class PretrainConfig(Settings):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
     leakage: LeakageSettings = LeakageSettings()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_shape(cls, data: object) -> object:
+        if isinstance(data, dict) and not data.get("init_from") and data.get("model") is None:
+            return {**data, "model": {}}
+        return data
+
     @model_validator(mode="after")
-    def _one_tokenizer(self) -> "PretrainConfig":
+    def _one_start(self) -> "PretrainConfig":
+        """A continued run's shape and tokenizer are its parent's: a `model` block beside `init_from` would be
+        recorded in the run (and the shipped `pretrain.yaml`) without describing the model that was trained."""
         if self.init_from and self.split_words:
             raise ValueError("split_words trains a new tokenizer; a run with init_from keeps its parent's")
+        if self.init_from and self.model is not None:
+            raise ValueError("model: a run with init_from keeps its parent's shape; remove the model block")
         return self
 
 
