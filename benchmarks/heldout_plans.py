@@ -6,7 +6,7 @@ plans have the gold number of subgoals, and how many gold plans, and planner pla
 training plan ever uses (the planner can only learn to write words it has seen written).
 
     .venv/bin/python benchmarks/heldout_plans.py runs/cold0            # the run's config, its eval/ predictions
-    .venv/bin/python benchmarks/heldout_plans.py runs/cold0 --split heldin --stage eval
+    .venv/bin/python benchmarks/heldout_plans.py runs/bench/seed0/cold_start --stage round0_eval   # a bench's
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ def rows_by_template(run: Path, split: str, stage: str) -> dict[str, list[dict]]
     for source in getattr(config.data, split):
         tasks = {t.id: t for t in load_sources([source])}
         path = run / stage / f"{split}-{source_name(source)}.predictions.jsonl"
+        if not path.is_file():
+            stages = sorted({p.parent.name for p in run.glob("*/*.predictions.jsonl")})
+            raise SystemExit(f"{path}: no such predictions file (this run's evaluation folders: {stages})")
         for line, text in enumerate(path.read_text().splitlines(), 1):
             row = json.loads(text)
             task = tasks.get(row["id"])

@@ -62,3 +62,5 @@ def test_a_malformed_plan_counts_no_steps_and_a_foreign_row_is_refused(tmp_path:
     path.write_text(path.read_text().replace('"question": "', '"question": "Edited. ', 1))
     with pytest.raises(SystemExit, match=r"line 1: task .* is not the config's"):
         heldout_plans.rows_by_template(tmp_path / "run", "heldout", "eval")
+    with pytest.raises(SystemExit, match=r"no such predictions file .*\['eval'\]"):
+        heldout_plans.rows_by_template(tmp_path / "run", "heldout", "round0_eval")
