@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from coalign.machine import describe_machine
 from coalign.console import make_console
 
 from coalign.config import RunConfig
@@ -168,6 +169,7 @@ def run_bench(
         "data": {"train": data},
         "runs": runs,
         "wall_seconds": round(time.time() - started, 1),
+        "machine": describe_machine(),
     }
     prefix = f"{name}-" if name else ""
     write_json(root / f"{prefix}results.json", results)

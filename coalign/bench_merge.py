@@ -12,17 +12,18 @@ from collections.abc import Sequence
 from coalign.config import value_changes
 
 # Fields that differ between the parts of one bench; every other field must be equal.
-PER_PART = ("runs", "seeds", "recipes", "k", "wall_seconds", "merged_from")
+PER_PART = ("runs", "seeds", "recipes", "k", "wall_seconds", "merged_from", "machine", "machines")
 
 
 def merge_results(parts: Sequence[tuple[str, dict]]) -> dict:
     """The results of the bench whose invocations gave `parts` (`(label, results)`, e.g. each file's path):
-    their runs together and their seeds in order, with the labels in `merged_from` and the wall times
-    summed. ValueError, naming the part, when one is not of the same bench (another config, evaluation or
-    training data) or holds a run of a (recipe, seed) that another part holds differently."""
+    their runs together and their seeds in order, with the labels in `merged_from`, the wall times summed
+    and each part's machine in `machines`. ValueError, naming the part, when one is not of the same bench
+    (another config, evaluation or training data) or holds a run of a (recipe, seed) that another part holds
+    differently."""
     if not parts:
         raise ValueError("no results to merge")
-    (first_label, first), merged_runs, k, labels = parts[0], {}, {}, []
+    (first_label, first), merged_runs, k, labels, machines = parts[0], {}, {}, [], {}
     for label, part in parts:
         runs = part.get("runs") if isinstance(part, dict) else None
         if not isinstance(runs, dict) or not all(isinstance(v, dict) for v in runs.values()):
@@ -44,6 +45,7 @@ def merge_results(parts: Sequence[tuple[str, dict]]) -> dict:
             if k.setdefault(recipe, value) != value:
                 raise ValueError(f"{label}: {recipe} has K={value}, an earlier part K={k[recipe]}")
         labels += part.get("merged_from", [label])
+        machines |= part.get("machines") or ({label: part["machine"]} if "machine" in part else {})
     merged = {key: value for key, value in first.items() if key not in PER_PART}
     merged["seeds"] = sorted({int(s) for _, part in parts for s in part["seeds"]})
     merged["runs"] = merged_runs
@@ -53,4 +55,6 @@ def merge_results(parts: Sequence[tuple[str, dict]]) -> dict:
     if all("wall_seconds" in part for _, part in parts):
         merged["wall_seconds"] = round(sum(part["wall_seconds"] for _, part in parts), 1)
     merged["merged_from"] = labels
+    if machines:
+        merged["machines"] = machines
     return merged

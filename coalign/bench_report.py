@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from statistics import mean, stdev
 
+from coalign.machine import machine_summary
 from coalign.runs import atomic_write_text
 
 NAMES = {
@@ -392,12 +393,21 @@ def _ppl_note(table: str) -> list[str]:
     ]
 
 
+def _ran_on(results: dict) -> str:
+    """Where the numbers came from: one machine, or each distinct machine of a merged bench's parts."""
+    recorded = [results["machine"]] if "machine" in results else list(results.get("machines", {}).values())
+    machines = list(dict.fromkeys(map(machine_summary, recorded)))
+    if len(machines) > 1:
+        return f" Ran on {len(machines)} machines: {'; '.join(machines)}."
+    return f" Ran on {machines[0]}." if machines else ""
+
+
 def _wall_time(results: dict) -> str:
     merged = results.get("merged_from")
     if not merged:
-        return f"Wall time of this invocation: {results['wall_seconds']:.0f} s."
+        return f"Wall time of this invocation: {results['wall_seconds']:.0f} s.{_ran_on(results)}"
     total = f"; their wall time in all: {results['wall_seconds']:.0f} s" if "wall_seconds" in results else ""
-    return f"Merged from {len(merged)} invocations ({', '.join(merged)}){total}."
+    return f"Merged from {len(merged)} invocations ({', '.join(merged)}){total}.{_ran_on(results)}"
 
 
 def report_markdown(results: dict) -> str:

@@ -94,6 +94,8 @@ def test_report_and_plots_are_written(bench):
     for png in ("rounds.png", "k_sweep.png"):
         assert (root / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report == report_markdown(results) + "\n"
+    machine = results["machine"]  # what the numbers ran on: they repeat on one machine and move on another
+    assert machine["cores"] >= 1 and machine["torch"] and f"Ran on {machine['cpu']}" in report
 
 
 def test_rerun_resumes_without_redoing_work(bench):
@@ -144,6 +146,12 @@ def test_invocations_of_one_bench_merge_into_its_report(bench, tmp_path):
     assert CliRunner().invoke(app, args).exit_code == 0  # the same merge again replaces its own files
     over = CliRunner().invoke(app, ["report", str(tmp_path / "s0.json"), "--out", str(tmp_path / "all")])
     assert over.exit_code == 2 and "results.json exists and is not a merge of these files" in over.output
+
+    elsewhere = {**parts[1][1], "machine": {**results["machine"], "cpu": "Another CPU"}}
+    two = merge_results([parts[0], ("elsewhere.json", elsewhere)])
+    assert list(two["machines"]) == ["s1.json", "elsewhere.json"] and "machine" not in two
+    assert "Ran on 2 machines: " in report_markdown(two) and "Another CPU" in report_markdown(two)
+    assert "Ran on 2 machines" not in joined[2] and "Ran on " in joined[2]
 
     other = _part(results, "1", 1.0)
     other["config"] = {**other["config"], "moat": {**other["config"]["moat"], "k": 9}}
@@ -295,3 +303,11 @@ def test_the_live_table_shows_a_log_s_latest_progress_line(tmp_path):
 def test_parallel_jobs_use_separate_processes(tmp_path: Path):
     pids = run_jobs([Job(f"p{i}", os.getpid, (), None) for i in range(2)], workers=2, desc="pids")
     assert os.getpid() not in pids
+
+
+def test_the_cpu_is_named_from_cpuinfo():
+    from coalign.machine import cpu_name
+
+    text = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu\n"
+    assert cpu_name(text) == "Intel(R) Xeon(R) Processor"
+    assert cpu_name("") != ""  # elsewhere, platform's guess
