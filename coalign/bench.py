@@ -21,10 +21,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from coalign.machine import describe_machine
-from coalign.console import make_console
-
 from coalign.config import RunConfig
+from coalign.console import make_console
+from coalign.machine import describe_machine
 from coalign.parallel import Job, run_jobs
 from coalign.recipes.shared import (
     cold_start_agent,

@@ -19,6 +19,7 @@ def cpu_name(cpuinfo: str) -> str:
 
 
 def describe_machine() -> dict:
+    """The CPU and the kernels torch picks for it, cores, GPUs and the versions of the libraries that train."""
     import torch
 
     info = Path("/proc/cpuinfo")
@@ -39,7 +40,7 @@ def describe_machine() -> dict:
 
 
 def machine_summary(machine: dict) -> str:
-    """One line of a report: `Intel(R) Xeon(R) Processor (AVX512), 2 cores, torch 2.13.0`."""
+    """One line of a report: `Intel(R) Xeon(R) Processor (AVX512), 2 cores, torch 2.13.0, transformers ...`."""
     gpus = f", {len(machine['gpus'])} x {machine['gpus'][0]}" if machine.get("gpus") else ""
     return (
         f"{machine.get('cpu')} ({machine.get('cpu_capability')}), {machine.get('cores')} cores{gpus}, "

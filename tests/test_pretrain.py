@@ -192,6 +192,7 @@ def test_the_shipped_bases_are_whole_small_and_their_recipes_hold(name: str) -> 
     assert recipe["leakage"]["verbatim"]["sets_with_leaks"].keys() <= {"gsm8k-test:question"}  # GSM8K's own
     assert recipe["leakage"]["skeleton"]["leaked"] == 0
     shape = json.loads((folder / "config.json").read_text())
+    assert (config.model is None) == bool(config.init_from)  # a continued base claims no shape of its own
     if config.model is not None:  # a base made from scratch records the shape it trained
         trained = (shape["hidden_size"], shape["num_attention_heads"])
         assert (config.model.hidden_size, config.model.num_heads) == trained
