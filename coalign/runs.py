@@ -170,6 +170,18 @@ def _setting_changes(recorded: dict, now: dict) -> list[str]:
     return [f"setting {key}: {old} -> {new}" for key, old, new in value_changes(recorded, now)]
 
 
+def _input_changes(record: dict, paths: list[str], files: set[str]) -> list[str]:
+    """`inputs are other paths now: [...] -> [...]` when a stage is asked to read other inputs than it read
+    (records without `input_paths`, older ones, are compared by the files they list)."""
+    if "input_paths" in record:
+        if record["input_paths"] != paths:
+            return [f"inputs are other paths now: {record['input_paths']} -> {paths}"]
+        return []
+    if set(record["inputs"]) != files:
+        return [f"inputs are other files now ({len(record['inputs'])} recorded, {len(files)} given)"]
+    return []
+
+
 class Run:
     """A run folder. Stage `name` is done when `stages/name.json` exists and its manifest still holds."""
 
@@ -208,16 +220,24 @@ class Run:
         config = self.path("config.yaml")
         return hashlib.sha256(config.read_bytes()).hexdigest() if config.exists() else None
 
-    def is_done(self, stage: str, settings: Mapping | None = None) -> bool:
-        """Finished, with every artifact it wrote and every input it read as recorded, and under the same
-        `settings` when the stage has them. Otherwise the record is removed (the stage must be redone) and
-        what differs is logged."""
+    def _input_names(self, inputs: Iterable[str | Path]) -> list[str]:
+        """The inputs as named in a record: files and folders by `_name`, anything else (a hub id) as given."""
+        return [self._name(Path(p)) if Path(p).exists() else str(p) for p in inputs]
+
+    def is_done(self, stage: str, settings: Mapping | None = None, inputs: Iterable[str | Path] | None = None) -> bool:
+        """Finished, with every artifact it wrote and every input it read as recorded, reading the same
+        `inputs` (another starting model is another stage, even when the old one's files are intact), and
+        under the same `settings` when the stage has them. Otherwise the record is removed (the stage must be
+        redone) and what differs is logged."""
         marker = self._marker(stage)
         if not marker.exists():
             return False
         try:
             record = read_json(marker)
             problems = self.problems(record["artifacts"]) + [f"input {p}" for p in self.problems(record["inputs"])]
+            if inputs is not None:
+                names = {self._name(f) for f in _files(inputs)}
+                problems += _input_changes(record, self._input_names(inputs), names)
             if settings is not None and "settings" in record:
                 problems += _setting_changes(record["settings"], _plain(settings))
             elif settings is not None and record["config_sha256"] != self._config_sha():
@@ -250,6 +270,7 @@ class Run:
             "config_sha256": self._config_sha(),
             "artifacts": self.manifest(artifacts),
             "inputs": self.manifest(inputs),
+            "input_paths": self._input_names(inputs),
         }
         if settings is not None:
             record["settings"] = _plain(settings)
@@ -273,7 +294,8 @@ class Run:
         settings it was not measured under. In a multi-process run every rank runs the work (its loops share
         it, `ranks.share`), the main rank decides whether the stage is done and marks it, and all wait for
         that before reading what it wrote."""
-        if ranks.decided(lambda: self.is_done(name, settings)):
+        inputs = list(inputs)
+        if ranks.decided(lambda: self.is_done(name, settings, inputs)):
             return
         started = time.time()
         info = work()

@@ -168,3 +168,33 @@ def test_a_record_without_settings_stands_only_while_the_config_is_unchanged(tmp
     with caplog.at_level(logging.WARNING):
         assert not run.is_done("eval", {"eval_tasks": 10})
     assert "settings were not recorded and the config has changed" in caplog.text
+
+
+def test_a_stage_asked_to_read_other_inputs_is_redone(tmp_path, caplog):
+    """A forced resume with another starting model: the old model's files are intact, but the stage read
+    them, not the new one's, so its checkpoint is not the new one's (nor for a hub id that changed)."""
+    run, calls = Run(tmp_path / "run"), []
+    for name in ("base-a", "base-b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(name.encode())
+
+    def work() -> None:
+        calls.append(1)
+        run.path("out.txt").write_text(str(len(calls)))
+
+    run.stage("sft", work, [run.path("out.txt")], inputs=[tmp_path / "base-a"])
+    run.stage("sft", work, [run.path("out.txt")], inputs=[tmp_path / "base-a"])
+    assert len(calls) == 1
+    with caplog.at_level(logging.WARNING):
+        run.stage("sft", work, [run.path("out.txt")], inputs=[tmp_path / "base-b"])
+    assert len(calls) == 2 and "inputs are other paths now" in caplog.text and "base-b" in caplog.text
+    run.stage("sft", work, [run.path("out.txt")], inputs=["org/model-1"])
+    run.stage("sft", work, [run.path("out.txt")], inputs=["org/model-1"])
+    run.stage("sft", work, [run.path("out.txt")], inputs=["org/model-2"])
+    assert len(calls) == 4
+    record = run.stage_info("sft")  # a record from before input paths were kept: compared by its files
+    del record["input_paths"]
+    record["inputs"] = run.manifest([tmp_path / "base-a"])
+    run.path("stages", "sft.json").write_text(json.dumps(record))
+    assert run.is_done("sft", inputs=[tmp_path / "base-a"])
+    assert not run.is_done("sft", inputs=[tmp_path / "base-b"])
