@@ -177,8 +177,9 @@ def _input_changes(record: dict, paths: list[str], files: set[str]) -> list[str]
         if record["input_paths"] != paths:
             return [f"inputs are other paths now: {record['input_paths']} -> {paths}"]
         return []
-    if set(record["inputs"]) != files:
-        return [f"inputs are other files now ({len(record['inputs'])} recorded, {len(files)} given)"]
+    gone, new = sorted(set(record["inputs"]) - files), sorted(files - set(record["inputs"]))
+    if gone or new:
+        return [f"inputs are other files now ({len(gone)} read then, not now, {gone[:1]}; {len(new)} new, {new[:1]})"]
     return []
 
 
