@@ -170,19 +170,6 @@ def _setting_changes(recorded: dict, now: dict) -> list[str]:
     return [f"setting {key}: {old} -> {new}" for key, old, new in value_changes(recorded, now)]
 
 
-def _input_changes(record: dict, paths: list[str], files: set[str]) -> list[str]:
-    """`inputs are other paths now: [...] -> [...]` when a stage is asked to read other inputs than it read
-    (records without `input_paths`, older ones, are compared by the files they list)."""
-    if "input_paths" in record:
-        if record["input_paths"] != paths:
-            return [f"inputs are other paths now: {record['input_paths']} -> {paths}"]
-        return []
-    gone, new = sorted(set(record["inputs"]) - files), sorted(files - set(record["inputs"]))
-    if gone or new:
-        return [f"inputs are other files now ({len(gone)} read then, not now, {gone[:1]}; {len(new)} new, {new[:1]})"]
-    return []
-
-
 class Run:
     """A run folder. Stage `name` is done when `stages/name.json` exists and its manifest still holds."""
 
@@ -225,6 +212,20 @@ class Run:
         """The inputs as named in a record: files and folders by `_name`, anything else (a hub id) as given."""
         return [self._name(Path(p)) if Path(p).exists() else str(p) for p in inputs]
 
+    def _input_changes(self, record: dict, inputs: Iterable[str | Path]) -> list[str]:
+        """`inputs are other paths now: [...] -> [...]` when a stage is asked to read other inputs than it read
+        (records without `input_paths`, older ones, are compared by the files they list)."""
+        if "input_paths" in record:
+            paths = self._input_names(inputs)
+            if record["input_paths"] == paths:
+                return []
+            return [f"inputs are other paths now: {record['input_paths']} -> {paths}"]
+        files, read = {self._name(f) for f in _files(inputs)}, set(record["inputs"])
+        gone, new = sorted(read - files), sorted(files - read)
+        if not (gone or new):
+            return []
+        return [f"inputs are other files now ({len(gone)} read then, not now, {gone[:1]}; {len(new)} new, {new[:1]})"]
+
     def is_done(self, stage: str, settings: Mapping | None = None, inputs: Iterable[str | Path] | None = None) -> bool:
         """Finished, with every artifact it wrote and every input it read as recorded, reading the same
         `inputs` (another starting model is another stage, even when the old one's files are intact), and
@@ -237,8 +238,7 @@ class Run:
             record = read_json(marker)
             problems = self.problems(record["artifacts"]) + [f"input {p}" for p in self.problems(record["inputs"])]
             if inputs is not None:
-                names = {self._name(f) for f in _files(inputs)}
-                problems += _input_changes(record, self._input_names(inputs), names)
+                problems += self._input_changes(record, inputs)
             if settings is not None and "settings" in record:
                 problems += _setting_changes(record["settings"], _plain(settings))
             elif settings is not None and record["config_sha256"] != self._config_sha():
