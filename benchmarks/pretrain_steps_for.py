@@ -61,10 +61,11 @@ def main() -> None:
     if not config.init_from:
         raise SystemExit(f"{args.config}: the probe times the model of init_from; this config has none")
     t = config.train
-    seconds = step_seconds(config.init_from, t.batch_size * t.grad_accum, t.seq_len, args.probe)
+    batch = t.batch_size * t.grad_accum
+    seconds = step_seconds(config.init_from, batch, t.seq_len, args.probe)
     steps = int(args.budget / (seconds * args.overhead + args.per_step))
     print(
-        f"{args.config}: {seconds * 1000:.1f} ms per bare step of {t.batch_size * t.grad_accum} x {t.seq_len} tokens;"
+        f"{args.config}: {seconds * 1000:.1f} ms per bare step of {batch} x {t.seq_len} tokens;"
         f" x{args.overhead} + {args.per_step} s -> {steps} steps in {args.budget:.0f} s",
         file=sys.stderr,
     )
