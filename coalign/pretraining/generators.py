@@ -25,6 +25,21 @@ from coalign.pretraining.words import PLACES, UNITS, invented, name, names, numb
 
 # --------------------------------------------------------------------------- arithmetic
 
+# How a story tells each operation on its count ({w} and {o} people, {x} the things, {p} a place, {u} a unit).
+MOVES = {
+    "+": ("{o} brings {n} more {x}.", "{w} finds another {n}.", "{n} {x} arrive from the {p}."),
+    "-": ("{w} gives {n} {x} to {o}.", "{n} of the {x} break.", "{o} takes {n} away."),
+    "*": (
+        "The pile grows to {n} times its size.",
+        "{w} ends up with {n} times as many.",
+        "Each one is swapped for {n} new ones.",
+    ),
+    "/": (
+        "{w} shares them equally among {n} {u} and keeps one share.",
+        "The {x} are split into {n} equal groups; {w} keeps one.",
+    ),
+}
+
 
 def story(rng: random.Random) -> str:
     """An arithmetic story whose count changes step by step, and its worked solution with calculator
@@ -41,19 +56,6 @@ def story(rng: random.Random) -> str:
             "A box holds {n} {x} that belong to {w}.",
         )
     )
-    moves = {
-        "+": ("{o} brings {n} more {x}.", "{w} finds another {n}.", "{n} {x} arrive from the {p}."),
-        "-": ("{w} gives {n} {x} to {o}.", "{n} of the {x} break.", "{o} takes {n} away."),
-        "*": (
-            "The pile grows to {n} times its size.",
-            "{w} ends up with {n} times as many.",
-            "Each one is swapped for {n} new ones.",
-        ),
-        "/": (
-            "{w} shares them equally among {n} {u} and keeps one share.",
-            "The {x} are split into {n} equal groups; {w} keeps one.",
-        ),
-    }
     value = number(rng)
     lines, solution = [opening.format(n=value, **fill)], []
     for _ in range(rng.randint(1, 4)):
@@ -71,7 +73,7 @@ def story(rng: random.Random) -> str:
             else number(rng)
         )
         new = run([Step(op, value, n)])[0]
-        lines.append(rng.choice(moves[op]).format(n=n, **fill))
+        lines.append(rng.choice(MOVES[op]).format(n=n, **fill))
         solution.append(f"{value} {op} {n} = <<{value}{op}{n}={new}>>{new}")
         value = new
     lines.append(
@@ -97,11 +99,8 @@ def backward_story(rng: random.Random) -> str:
     who, other = names(rng, 2)
     item = thing(rng) + "s"
     fill = {"w": who, "o": other, "x": item, "p": rng.choice(PLACES)}
-    moves = {
-        "+": ("{o} brings {n} more {x}.", "{w} finds another {n}.", "{n} {x} arrive from the {p}."),
-        "-": ("{w} gives {n} {x} to {o}.", "{n} of the {x} break.", "{o} takes {n} away."),
-        "*": ("The pile grows to {n} times its size.", "{w} ends up with {n} times as many."),
-    }
+    # multiplication told the first two ways only, as when the recorded probe's corpus (coalign-base-back) was made
+    moves = {"+": MOVES["+"], "-": MOVES["-"], "*": MOVES["*"][:2]}
     value = start = number(rng)
     events: list[tuple[str, int]] = []
     for _ in range(rng.randint(1, 3)):
