@@ -167,33 +167,7 @@ def train(run: Run, config: PretrainConfig, init: Path, blocks: Path, steps: int
     if done < limit:
         tokenizer = load_tokenizer(init)
         tokenizer.padding_side = "right"
-        args = SFTConfig(
-            output_dir=str(out),
-            max_steps=t.max_steps,
-            per_device_train_batch_size=t.batch_size,
-            per_device_eval_batch_size=t.batch_size,
-            gradient_accumulation_steps=t.grad_accum,
-            learning_rate=t.learning_rate,
-            warmup_steps=t.warmup_steps,
-            lr_scheduler_type=t.lr_scheduler,
-            weight_decay=t.weight_decay,
-            bf16=t.bf16,
-            max_length=t.seq_len,
-            packing=True,
-            packing_strategy="wrapped",
-            completion_only_loss=False,
-            logging_steps=t.logging_steps,
-            eval_strategy="steps",
-            eval_steps=t.eval_steps,
-            save_strategy="steps",
-            save_steps=t.save_steps,
-            save_total_limit=2,
-            report_to=[],
-            seed=config.seed,
-            data_seed=config.seed,
-            dataloader_num_workers=0,
-            dataloader_pin_memory=torch.cuda.is_available(),
-        )
+        args = trainer_args(config, out)
         console.print(
             f"[bold]pretrain[/bold]: steps {done} -> {limit} of {t.max_steps}" + (f" (from {resume})" if resume else "")
         )
@@ -225,6 +199,39 @@ def train(run: Run, config: PretrainConfig, init: Path, blocks: Path, steps: int
     write_json(progress_file, progress)
     plot_losses(history, run.path("loss.png"))
     return progress
+
+
+def trainer_args(config: PretrainConfig, out: Path) -> SFTConfig:
+    """The trainer's settings: packed causal-LM blocks, held-out losses every `eval_steps`, checkpoints to
+    resume from (also what `benchmarks/heldout_losses.py` evaluates other models with)."""
+    t = config.train
+    return SFTConfig(
+        output_dir=str(out),
+        max_steps=t.max_steps,
+        per_device_train_batch_size=t.batch_size,
+        per_device_eval_batch_size=t.batch_size,
+        gradient_accumulation_steps=t.grad_accum,
+        learning_rate=t.learning_rate,
+        warmup_steps=t.warmup_steps,
+        lr_scheduler_type=t.lr_scheduler,
+        weight_decay=t.weight_decay,
+        bf16=t.bf16,
+        max_length=t.seq_len,
+        packing=True,
+        packing_strategy="wrapped",
+        completion_only_loss=False,
+        logging_steps=t.logging_steps,
+        eval_strategy="steps",
+        eval_steps=t.eval_steps,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=2,
+        report_to=[],
+        seed=config.seed,
+        data_seed=config.seed,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
 
 
 def summarise(history: list[dict]) -> dict:
