@@ -374,9 +374,14 @@ def demo(
 @app.command("exec")
 def exec_(domain: Annotated[str, typer.Option(help="tool domain")] = "maths") -> None:
     """Execute an action sequence read from stdin; print the trace as JSON."""
-    from coalign.tools.executor import execute
+    from coalign.tools.executor import DOMAINS, execute
 
-    print(json.dumps(execute(sys.stdin.read(), domain).to_json(), indent=2))
+    if domain not in DOMAINS:
+        raise typer.BadParameter(f"--domain must be one of {', '.join(DOMAINS)}, got {domain!r}")
+    # Model text is untrusted: a byte that is not UTF-8 becomes U+FFFD, which the step then reports,
+    # instead of a UnicodeDecodeError from a strict stdin that loses the whole trace.
+    text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    print(json.dumps(execute(text, domain).to_json(), indent=2))
 
 
 FamilyOpt = Annotated[

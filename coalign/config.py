@@ -24,7 +24,8 @@ from coalign.recipe_registry import RECIPES
 
 
 class Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf/NaN floats: YAML `.inf` or `--set x.epochs=1e400` would pass `gt=0` and train forever or diverge.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SFTSettings(Settings):
@@ -536,10 +537,11 @@ def load_settings(path: Path, model: type[Settings], overrides: dict | None = No
     """Read the YAML at `path` into `model`; an invalid field is a ConfigError naming the file, line and key."""
     text = _read_text(path)
     try:
-        raw = yaml.safe_load(text) or {}
+        raw = yaml.safe_load(text)
         root = yaml.compose(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    raw = {} if raw is None else raw  # only an empty file is an empty mapping: `[]` or `false` is no config
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}, line 1: a config is a mapping of keys, got {type(raw).__name__}")
     data = _merge(raw, overrides or {})

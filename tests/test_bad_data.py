@@ -79,6 +79,16 @@ def test_a_byte_order_mark_is_not_an_error(tmp_path: Path) -> None:
     assert len(load_gsm8k(path)) == 1
 
 
+def test_json_nested_past_the_recursion_limit_is_invalid_json_at_its_line(tmp_path: Path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(DataError, match=r"line 2: invalid JSON: nested too deeply"):
+        load_gsm8k(write_lines(tmp_path / "test.jsonl", [GSM8K_GOOD, deep]))
+    path = tmp_path / "SVAMP.json"
+    path.write_text(deep)
+    with pytest.raises(DataError, match="invalid JSON: nested too deeply"):
+        load_svamp(path)
+
+
 # --------------------------------------------------------------------------- SVAMP
 
 SVAMP_GOOD = {"ID": "a", "Body": "Tom has 3 apples.", "Question": "How many?", "Equation": "( 3.0 + 0.0 )",
@@ -109,6 +119,13 @@ def test_svamp_skips_bad_records_and_counts_them(tmp_path: Path) -> None:
     skipped = SkippedRows()
     assert [t.id for t in load_svamp(path, skipped)] == ["svamp-a", "svamp-b"]
     assert len(skipped.errors) == 7 and skipped.by_reason()["invalid value 'Equation'"] == 2
+
+
+def test_svamp_answer_past_the_float_range_names_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "SVAMP.json"
+    path.write_text(json.dumps([SVAMP_GOOD, {**SVAMP_GOOD, "ID": "b", "Answer": 10**400}]))
+    with pytest.raises(DataError, match=r"line 2: field 'Answer': number too large"):
+        load_svamp(path)
 
 
 @pytest.mark.parametrize(

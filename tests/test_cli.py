@@ -29,6 +29,19 @@ def test_exec_records_hostile_input_as_error_without_running_it():
     assert "pwned" not in result.stdout.replace("echo pwned", "")
 
 
+def test_exec_refuses_an_unknown_domain_without_a_traceback():
+    result = runner.invoke(app, ["exec", "--domain", "nope"], input="R1 = Calculator(1)")
+    assert result.exit_code == 2 and "--domain must be one of maths, qa" in result.output
+    assert not isinstance(result.exception, KeyError)
+
+
+def test_exec_reports_bytes_that_are_not_utf8_as_a_step_error():
+    result = runner.invoke(app, ["exec"], input=b"R1 = Calculator(\xff1); R2 = Calculator(2)")
+    assert result.exit_code == 0
+    trace = json.loads(result.stdout)
+    assert trace["error"].startswith("step 1: Calculator: unexpected character") and len(trace["steps"]) == 2
+
+
 def test_train_with_misspelt_key_exits_with_file_line_and_key(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("name: x\ndata:\n  train:\n    - {kind: suite, split: train, n: 10}\ngrounder_sft:\n  epoch: 3\n")

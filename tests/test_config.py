@@ -59,6 +59,20 @@ def test_a_config_path_that_is_a_folder_is_a_config_error(tmp_path):
         load_config(tmp_path)
 
 
+@pytest.mark.parametrize("text", ["[]\n", "false\n", "0\n", "''\n"])
+def test_a_falsy_yaml_document_is_not_taken_for_an_empty_config(tmp_path, text):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"line 1: a config is a mapping of keys, got"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("value", [float("inf"), "inf", "1e400", float("nan")])
+def test_a_float_setting_that_is_not_finite_is_refused(value):
+    with pytest.raises(ConfigError, match=r"line \d+: field 'planner_sft.epochs': Input should be a finite number"):
+        load_config("tiny", {"planner_sft": {"epochs": value}})
+
+
 def test_source_missing_path_is_refused(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("name: x\ndata:\n  train:\n    - {kind: gsm8k}\n")

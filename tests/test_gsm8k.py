@@ -222,6 +222,17 @@ def test_hostile_solution_text_is_converted_promptly() -> None:
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.parametrize(
+    "solution",
+    ["2+2 = " + "4" * 5000, "2x = 4, so x = " + "2" * 5000, "x = <<" + "2" * 5000 + "=" + "2" * 5000 + ">>"],
+)
+def test_numbers_past_the_int_string_limit_are_not_calculations(tmp_path: Path, solution: str) -> None:
+    """Python refuses int() of over 4,300 digits with a ValueError; such a number agrees with nothing."""
+    path = _write(tmp_path, [json.dumps({"question": "Q?", "answer": f"{solution}\n#### 4"})])
+    (task,) = load_gsm8k(path)
+    assert task.answer == "4"
+
+
 def test_write_jsonl_replaces_atomically(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl"
     write_jsonl(path, [{"a": 1}])

@@ -225,6 +225,7 @@ def _plan(
                     name
                     and result is not None
                     and _PLAIN_NUMBER.fullmatch(expression)
+                    and _value(result) is not None  # None: past Python's int-string limit (4,300 digits)
                     and _value(expression) == _value(result)
                 ):
                     # `x = <<10=10>>10`: a bare number; the equations stated so far may give it instead
@@ -289,7 +290,10 @@ class _Algebra:
         self._mark(name, index, Fraction(written))
 
     def _solve(self, name: str, written: str, actions: list[str], calculations: list) -> bool:
-        value = Fraction(written)
+        value = _value(written)
+        if value is None:  # a number too long for Fraction (hostile or broken row): nothing to solve
+            self.unsolved.append((name, written))
+            return False
         if calculations and calculations[-1][1] is not None and _value(calculations[-1][1]) == value:
             self._mark(name, len(calculations), value)  # `x = 120/4 = 30`: just computed
             return True
@@ -381,8 +385,9 @@ def _checks_out(expression: str, written: str) -> bool:
 def _agrees(value: Fraction | str, written: str) -> bool:
     """`value` (a tool's output text or an exact value) is the number `written`, up to its decimal rounding."""
     value = _value(value) if isinstance(value, str) else value
-    if value is None:
+    target = _value(written)  # None past Python's int-string limit: such a number agrees with nothing
+    if value is None or target is None:
         return False
     decimals = len(written.partition(".")[2])
     tolerance = Fraction(1, 2 * 10**decimals) if decimals else 0  # `10/3 = 3.33` is fine, `7/2 = 3` is not
-    return abs(value - Fraction(written)) <= tolerance
+    return abs(value - target) <= tolerance

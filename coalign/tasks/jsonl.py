@@ -142,7 +142,12 @@ def _finite_float(text: str) -> float:
 
 
 def _loads(text: str) -> Any:
-    return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    """`json.loads` with the refusals above; nesting past Python's recursion limit (`[[[[...`, a few
+    thousand deep) is a ValueError too, so it is reported at its line instead of as a RecursionError."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise _NotStandardJSON("nested too deeply") from None
 
 
 def _json_problem(exc: ValueError) -> str:

@@ -61,6 +61,10 @@ def _task(record: object, path: Path, index: int, seen: dict[str, int]) -> Task:
         subgoals, actions = equation_to_plan(parse(equation))
     except ValueError as exc:
         raise DataError(path, index, "Equation", f"cannot parse {equation!r}: {exc}") from None
+    try:
+        gold = svamp_gold_answer(answer)  # Agent Lumos's rule, shared with the metrics
+    except OverflowError:  # an integer past float range (JSON allows 10**400)
+        raise DataError(path, index, "Answer", "number too large (past the float range)") from None
     if seen.setdefault(record_id, index) != index:
         raise DataError(path, index, "ID", f"{record_id!r} repeats record {seen[record_id]}", "duplicate id")
     return Task(
@@ -70,6 +74,6 @@ def _task(record: object, path: Path, index: int, seen: dict[str, int]) -> Task:
         question=f"{body.strip()} {question.strip()}",
         subgoals=subgoals,
         actions=actions,
-        answer=svamp_gold_answer(answer),  # Agent Lumos's rule, shared with the metrics
+        answer=gold,
         meta={"source": path.name, "equation": equation, "type": kind},
     )
