@@ -141,6 +141,7 @@ R_VARIABLE = r"R[0-9]{1,9}"  # an output name whose number int() reads: no 5,000
 _OUTPUTS = rf"{R_VARIABLE}(?:\s*,\s*{R_VARIABLE})*"
 _ACTION_RE = re.compile(rf"^\s*(?P<outputs>{_OUTPUTS})\s*=\s*(?P<tool>[A-Za-z_]\w*)\((?P<argument>.*)\)\s*$", re.S)
 _ACTION_SPLIT = re.compile(rf";\s*(?={_OUTPUTS}\s*=)")
+_ACTION_ON_NEXT_LINE = re.compile(rf"\n\s*{_OUTPUTS}\s*=\s*[A-Za-z_]\w*\(")
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,8 @@ def parse_action(text: str) -> Action:
     match = _ACTION_RE.match(text)
     if not match:
         raise FormatError(f"not an action 'R# = Tool(argument)': {text[:80]!r}")
+    if _ACTION_ON_NEXT_LINE.search(match["argument"]):  # else read as one call whose argument holds the next
+        raise FormatError(f"actions on separate lines; separate them with '; ': {text[:80]!r}")
     outputs = tuple(o.strip() for o in match["outputs"].split(","))
     return Action(outputs=outputs, tool=match["tool"], argument=match["argument"].strip())
 

@@ -321,3 +321,11 @@ def test_any_formula_like_text_gives_a_trace(text: str) -> None:
         trace = execute(f"R1 = Calculator(2); R2 = {tool}({text})")
         assert isinstance(trace, Trace)
         assert (trace.answer is None) == (trace.error is not None)
+
+
+def test_actions_on_separate_lines_are_named_as_such() -> None:
+    """A model that puts each call on its own line gets that error, not "R1 not set by an earlier action"."""
+    trace = execute("R1 = Calculator(2 + 3)\nR2 = Calculator(R1 * 2)", "maths")
+    assert trace.error is not None and "actions on separate lines" in trace.error
+    assert execute("R1 = Calculator(2 + 3); R2 = Calculator(R1 * 2)", "maths").answer == "10"
+    assert execute("R1 = Calculator(\n2 + 3\n)", "maths").answer == "5"  # a line break inside one call is fine
