@@ -163,6 +163,8 @@ def parse_action(text: str) -> Action:
     if _ACTION_ON_NEXT_LINE.search(match["argument"]):  # else read as one call whose argument holds the next
         raise FormatError(f"actions on separate lines; separate them with '; ': {text[:80]!r}")
     outputs = tuple(o.strip() for o in match["outputs"].split(","))
+    if len(set(outputs)) < len(outputs):  # `R1, R1 = ...` would keep one of two values without saying which
+        raise FormatError(f"an output name repeats: {', '.join(outputs)}")
     return Action(outputs=outputs, tool=match["tool"], argument=match["argument"].strip())
 
 

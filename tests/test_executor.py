@@ -329,3 +329,9 @@ def test_actions_on_separate_lines_are_named_as_such() -> None:
     assert trace.error is not None and "actions on separate lines" in trace.error
     assert execute("R1 = Calculator(2 + 3); R2 = Calculator(R1 * 2)", "maths").answer == "10"
     assert execute("R1 = Calculator(\n2 + 3\n)", "maths").answer == "5"  # a line break inside one call is fine
+
+
+def test_a_repeated_output_name_is_an_error() -> None:
+    trace = execute("R1, R1 = SolveEquation(x + y = 3, x - y = 1)", "maths")
+    assert trace.error is not None and "output name repeats" in trace.error
+    assert execute("R1, R2 = SolveEquation(x + y = 3, x - y = 1)", "maths").error is None

@@ -158,14 +158,17 @@ def test_formatted_subgoals_parse_back(subgoals: list[str]) -> None:
 
 
 def _no_action_boundary(argument: str) -> bool:
-    """An argument may hold `;` but not `; R3 =`: that starts the next action."""
-    return re.search(r";\s*R\d+(?:\s*,\s*R\d+)*\s*=", argument) is None
+    """An argument may hold `;` but not `; R3 =`: that starts the next action; nor a line that starts one."""
+    outputs = r"R\d+(?:\s*,\s*R\d+)*"
+    return re.search(rf";\s*{outputs}\s*=", argument) is None and not re.search(
+        rf"\n\s*{outputs}\s*=\s*[A-Za-z_]\w*\(", argument
+    )
 
 
 argument_like = st.lists(st.sampled_from(["R1", "R23", "; ", ";", "(", ")", "=", ", ", " ", "\n", "x"]), max_size=12)
 actions_strategy = st.builds(
     Action,
-    outputs=st.lists(st.integers(0, 10**6).map(lambda n: f"R{n}"), min_size=1, max_size=3).map(tuple),
+    outputs=st.lists(st.integers(0, 10**6).map(lambda n: f"R{n}"), min_size=1, max_size=3, unique=True).map(tuple),
     tool=st.one_of(
         st.sampled_from(["Calculator", "_private", "T2"]), st.from_regex(r"[A-Za-z_]\w{0,15}", fullmatch=True)
     ),
