@@ -225,8 +225,8 @@ def _plan(
                     name
                     and result is not None
                     and _PLAIN_NUMBER.fullmatch(expression)
-                    and _value(result) is not None  # None: past Python's int-string limit (4,300 digits)
-                    and _value(expression) == _value(result)
+                    and (value := _value(result)) is not None  # None: past Python's int-string limit (4,300 digits)
+                    and _value(expression) == value
                 ):
                     # `x = <<10=10>>10`: a bare number; the equations stated so far may give it instead
                     if not algebra.read(name, result, len(calculations), actions, calculations):
