@@ -23,12 +23,17 @@ import torch
 
 from coalign.models import load_model
 from coalign.pretraining.bases import finished_base
+from coalign.pretraining.growth import grow_depth
 from coalign.pretraining.settings import load_pretrain_config
 
 
-def step_seconds(base: str, batch: int, seq_len: int, probe: int) -> float:
+def step_seconds(base: str, grow_layers: int | None, batch: int, seq_len: int, probe: int) -> float:
+    """Seconds per bare training step of the model the run trains: the base, grown first if the config grows it."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = load_model(finished_base(base), dtype="float32").to(device)
+    model = load_model(finished_base(base), dtype="float32")
+    if grow_layers:
+        model = grow_depth(model, grow_layers)
+    model = model.to(device)
     model.train()
     optim = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
     ids = torch.randint(4, model.config.vocab_size, (batch, seq_len), device=device)
@@ -51,7 +56,7 @@ def step_seconds(base: str, batch: int, seq_len: int, probe: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("config", help="a pretraining config with init_from (its base is the model timed)")
+    parser.add_argument("config", help="a pretraining config with init_from (its base, grown if it grows, is timed)")
     parser.add_argument("--budget", type=float, required=True, help="seconds of training to fill")
     parser.add_argument("--probe", type=int, default=40, help="timed steps")
     parser.add_argument("--overhead", type=float, default=1.0, help="trainer time per step / bare step time")
@@ -62,7 +67,7 @@ def main() -> None:
         raise SystemExit(f"{args.config}: the probe times the model of init_from; this config has none")
     t = config.train
     batch = t.batch_size * t.grad_accum
-    seconds = step_seconds(config.init_from, batch, t.seq_len, args.probe)
+    seconds = step_seconds(config.init_from, config.grow_layers, batch, t.seq_len, args.probe)
     steps = int(args.budget / (seconds * args.overhead + args.per_step))
     print(
         f"{args.config}: {seconds * 1000:.1f} ms per bare step of {batch} x {t.seq_len} tokens;"
