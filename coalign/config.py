@@ -145,6 +145,13 @@ class DataSettings(Settings):
         description="share of training tasks whose subgoals name every operand that are also given to the "
         "grounder with another task's text (tasks/plan_following.py); 0 = off, as in the paper",
     )
+    plan_compositions: float = Field(
+        0.0,
+        ge=0,
+        le=4,
+        description="grounder rows, per training task, whose plans chain readable steps of different training "
+        "tasks in new orders, each with another task's text (tasks/plan_following.py); 0 = off, as in the paper",
+    )
     skip_bad_rows: bool = Field(
         False,
         description="leave out data rows that fail validation (counted by reason, reported and recorded in the "

@@ -13,7 +13,7 @@ from coalign.formats import lumos_chat, lumos_generation_prompt
 from coalign.formats_iterative import turn_examples
 from coalign.tasks import Task
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
-from coalign.tasks.plan_following import plan_following
+from coalign.tasks.plan_following import plan_compositions, plan_following
 
 
 def planner_pair(task: Task) -> tuple[str, str]:
@@ -56,7 +56,12 @@ def planner_data(train: list[Task]) -> list[Example]:
 
 
 def grounder_data(config: RunConfig, train: list[Task]) -> list[Example]:
-    """The grounder's ground-truth SFT data: every training task, plus its plan-following copies if set
-    (onetime families only: `plan_following` has no rule for the web family)."""
-    tasks = train + plan_following(train, config.data.plan_following, config.seed)
+    """The grounder's ground-truth SFT data: every training task, plus its plan-following copies and composed
+    plans if set (onetime families only: neither has a rule for the web family)."""
+    data = config.data
+    tasks = (
+        train
+        + plan_following(train, data.plan_following, config.seed)
+        + plan_compositions(train, data.plan_compositions, config.seed)
+    )
     return [example for t in tasks for example in grounder_examples(t)]
