@@ -59,6 +59,11 @@ def _overrides(pairs: list[str]) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise typer.BadParameter(f"--set {key}: {part} is given a value by another --set")
+        earlier = node.get(parts[-1])
+        if isinstance(earlier, dict):  # `a.b=1 --set a=2` is an error as `a=2 --set a.b=1` is; mappings merge
+            if not isinstance(parsed, dict):
+                raise typer.BadParameter(f"--set {key}: its fields are given values by another --set")
+            parsed = earlier | parsed
         node[parts[-1]] = parsed
     return out
 

@@ -57,6 +57,7 @@ def test_train_with_misspelt_key_exits_with_file_line_and_key(tmp_path):
         (["planner_sft.epochs=[["], "not valid YAML"),
         (["planner_sft..epochs=2"], "dotted key"),
         (["planner_sft=3", "planner_sft.epochs=2"], "given a value by another --set"),
+        (["planner_sft.epochs=2", "planner_sft=3"], "its fields are given values by another --set"),
     ],
 )
 def test_a_bad_set_is_a_usage_error_naming_it(tmp_path, sets, message):
@@ -172,3 +173,11 @@ def test_check_gold_runs_a_bundled_suites_gold_plans_through_its_tools():
         assert f"qa suite, {split}: gold actions reproduce the answer on 40/40 tasks" in output
     assert "QA answer match" in output and "Lumos exact match" not in output
     assert runner.invoke(app, ["data", "check-gold", "gsm8k"]).exit_code == 2  # a file kind needs its path
+
+
+def test_sets_of_a_mapping_and_its_fields_merge_in_either_order():
+    from coalign.cli import _overrides
+
+    one = _overrides(["moat.k=2", "moat={rounds: 3}"])
+    assert one == _overrides(["moat={rounds: 3}", "moat.k=2"]) == {"moat": {"k": 2, "rounds": 3}}
+    assert _overrides(["moat.k=2", "moat.k=5"]) == {"moat": {"k": 5}}  # the later value of one key wins
