@@ -85,6 +85,14 @@ def test_bad_records_name_file_index_and_field(tmp_path: Path, change: dict, fie
     assert str(path) in str(info.value) and "line 2" in str(info.value) and problem in str(info.value)
 
 
+def test_a_long_bad_equation_is_quoted_in_part(tmp_path: Path) -> None:
+    path = tmp_path / "SVAMP.json"
+    path.write_text(json.dumps([{**RECORD, "Equation": "( 1.0 + 2.0 ) " * 500 + ")"}]))
+    with pytest.raises(DataError, match=r"field 'Equation': cannot parse '\( 1\.0 \+ 2\.0 \).*\.\.\.': ") as info:
+        load_svamp(path)
+    assert len(str(info.value)) < 300
+
+
 def test_missing_field_and_non_list(tmp_path: Path) -> None:
     path = tmp_path / "SVAMP.json"
     path.write_text(json.dumps([{k: v for k, v in RECORD.items() if k != "Type"}]))

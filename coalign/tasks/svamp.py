@@ -60,7 +60,8 @@ def _task(record: object, path: Path, index: int, seen: dict[str, int]) -> Task:
     try:
         subgoals, actions = equation_to_plan(parse(equation))
     except ValueError as exc:
-        raise DataError(path, index, "Equation", f"cannot parse {equation!r}: {exc}") from None
+        shown = equation if len(equation) <= 80 else equation[:80] + "..."  # a long equation would bury the cause
+        raise DataError(path, index, "Equation", f"cannot parse {shown!r}: {exc}") from None
     try:
         gold = svamp_gold_answer(answer)  # Agent Lumos's rule, shared with the metrics
     except OverflowError:  # an integer past float range (JSON allows 10**400)
