@@ -217,6 +217,14 @@ def test_solve_inequality_prints_readable_intervals(inequality: str, solution: s
     assert solve_inequality(inequality) == (solution,)
 
 
+def test_an_irrational_result_shows_only_the_digits_it_was_computed_to() -> None:
+    big = "12345678901234567890123456789012345678901234567890123456789"  # 59 digits: a 30-digit root
+    root = "111111110611111109936111105819"  # its first 30 significant digits, rounded; no binary tail after them
+    assert calculator(f"{big} ** 0.5") == (root,)
+    assert solve_inequality(f"x^2 >= {big}") == (f"x <= -{root} or x >= {root}",)
+    assert calculator("2 ** 0.5") == ("1.414214",)
+
+
 def test_solve_inequality_needs_one_inequality_in_one_unknown() -> None:
     with pytest.raises(ToolError, match="one inequality"):
         solve_inequality("x = 3")

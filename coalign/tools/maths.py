@@ -94,7 +94,13 @@ def _approximate(value: sp.Expr) -> sp.Rational | None:
     real, imaginary = value.evalf(APPROX_DIGITS).as_real_imag()
     if abs(imaginary) > sp.Rational(1, 10 ** (APPROX_DIGITS // 2)):
         return None
-    return sp.Rational(real)
+    return _known_digits(real)
+
+
+def _known_digits(value: sp.Float) -> sp.Rational:
+    """The Rational of `value`'s decimal digits: the Float's own binary value would show digits past its
+    precision (`111...819.609375` for a 30-digit square root of a 59-digit integer)."""
+    return sp.Rational(str(value))
 
 
 def _digits(p: int, q: int) -> float:
@@ -122,7 +128,7 @@ def _power_of_numbers(base: sp.Rational, exponent: sp.Rational) -> sp.Rational:
     q_root, q_exact = sp.integer_nthroot(int(base.q), b)
     if p_exact and q_exact:  # (p/q)^(a/b) is rational only when p/q is a perfect b-th power
         return sign * sp.Rational(p_root, q_root) ** a
-    return sign * sp.Rational(sp.Pow(abs(base), exponent, evaluate=False).evalf(APPROX_DIGITS))
+    return sign * _known_digits(sp.Pow(abs(base), exponent, evaluate=False).evalf(APPROX_DIGITS))
 
 
 # --------------------------------------------------------------------------- rational functions
