@@ -8,6 +8,10 @@ actions can be read only from the subgoals. Only tasks whose subgoals spell out 
 take from the task text qualify (maths: every number; QA: every entity looked up), so every row stays
 solvable from its subgoals alone. The borrowed text is another task of the same family, so a row's
 tool list and task text still belong together.
+
+Composed plans go one step further: the copies still show each template's steps in their order, so a
+grounder can write the template's next step instead of the subgoal's; a composed plan chains such steps of
+different tasks in new orders (`plan_compositions`).
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ _VARIABLE = re.compile(rf"\b{R_VARIABLE}\b")
 
 
 @dataclass(frozen=True)
-class _Step:
+class Step:
     """One readable (subgoal, action) of a training task, its references in order of first use."""
 
     subgoal: str
@@ -84,7 +88,7 @@ class _Step:
     style: str
 
 
-def readable_steps(task: Task) -> list[_Step]:
+def readable_steps(task: Task) -> list[Step]:
     """The steps of `task` that a grounder can ground from their own subgoal alone: one action of one output
     each (none for a task with several actions per subgoal, as QA's), every literal (or looked-up entity) in
     the subgoal, and the subgoal naming exactly the results it uses."""
@@ -100,7 +104,7 @@ def readable_steps(task: Task) -> list[_Step]:
             return []
         references = tuple(dict.fromkeys(_VARIABLE.findall(action.argument)))
         if len(action.outputs) == 1 and rule(subgoal, text) and set(_VARIABLE.findall(subgoal)) == set(references):
-            steps.append(_Step(subgoal, action.tool, action.argument, references, style))
+            steps.append(Step(subgoal, action.tool, action.argument, references, style))
     return steps
 
 
@@ -108,7 +112,7 @@ def _renamed(text: str, names: dict[str, str]) -> str:
     return _VARIABLE.sub(lambda m: names.get(m[0], m[0]), text)
 
 
-def _compose(fitting: list[list[_Step]], length: int, rng: random.Random) -> tuple[list[str], ...] | None:
+def _compose(fitting: list[list[Step]], length: int, rng: random.Random) -> tuple[list[str], ...] | None:
     """A plan of `length` steps, step j drawn from `fitting[j - 1]` (the steps using at most j - 1 results):
     a step's first reference becomes R(j-1), the result just made, and any others distinct earlier results;
     a step with none may stand anywhere (a second chain, as where two quantities are worked out and then
@@ -139,7 +143,7 @@ def plan_compositions(tasks: list[Task], share: float, seed: int = 0) -> list[Ta
     if not 0 <= share <= 4:
         raise ValueError(f"share must be in [0, 4], got {share}")
     rng = random.Random(f"plan-compositions/{seed}")
-    steps: dict[str, list[_Step]] = defaultdict(list)
+    steps: dict[str, list[Step]] = defaultdict(list)
     lengths: dict[str, list[int]] = defaultdict(list)
     texts: dict[str, list[str]] = defaultdict(list)
     for task in tasks:
