@@ -114,3 +114,12 @@ def test_compositions_share_is_validated():
         plan_compositions([], 4.5)
     with pytest.raises(ConfigError, match="plan_compositions"):
         load_config("tiny", {"data": {"plan_compositions": -1}})
+
+
+def test_the_grounder_data_holds_the_composed_plans_a_config_asks_for():
+    from coalign.recipes.sft_data import grounder_data
+
+    train = generate_suite("train", 120)
+    plain = grounder_data(load_config("tiny", {"data": {"plan_following": 0, "plan_compositions": 0}}), train)
+    composed = grounder_data(load_config("tiny", {"data": {"plan_following": 0, "plan_compositions": 0.5}}), train)
+    assert len(plain) == 120 and len(composed) == 180 and composed[:120] == plain
