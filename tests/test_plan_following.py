@@ -63,7 +63,7 @@ def test_share_is_validated():
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 
 
-def test_composed_plans_chainreadable_steps_of_other_tasks_and_run():
+def test_composed_plans_chain_readable_steps_of_other_tasks_and_run():
     tasks = generate_suite("train", 300, seed=1)
     composed = plan_compositions(tasks, 0.5, seed=2)
     assert len(composed) == 150
