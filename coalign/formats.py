@@ -138,6 +138,7 @@ def parse_subgoals(text: str) -> list[str]:
 # --------------------------------------------------------------------------- actions
 
 R_VARIABLE = r"R[0-9]{1,9}"  # an output name whose number int() reads: no 5,000-digit R
+REFERENCE = re.compile(rf"\b{R_VARIABLE}\b", re.A)  # an output name used in text; a longer R is no reference
 _OUTPUTS = rf"{R_VARIABLE}(?:\s*,\s*{R_VARIABLE})*"
 _ACTION_RE = re.compile(rf"^\s*(?P<outputs>{_OUTPUTS})\s*=\s*(?P<tool>[A-Za-z_]\w*)\((?P<argument>.*)\)\s*$", re.S)
 _ACTION_SPLIT = re.compile(rf";\s*(?={_OUTPUTS}\s*=)")

@@ -22,13 +22,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from coalign.formats import R_VARIABLE, FormatError, parse_action
+from coalign.formats import REFERENCE, FormatError, parse_action
 from coalign.tasks import Task
 from coalign.tools.executor import execute
 
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")  # a literal, not the 1 of R1
 _LOOKUP = re.compile(r"\bKnowledgeQuery\((?P<query>[^)]*)\)")
-_REFERENCE = re.compile(r"R\d+")
+_RESULT_NAME = re.compile(r"R\d+")
 
 
 def _numbers_written(subgoals: str, actions: str) -> bool:
@@ -37,7 +37,7 @@ def _numbers_written(subgoals: str, actions: str) -> bool:
 
 def _lookups_named(subgoals: str, actions: str) -> bool:
     names = {m["query"].strip() for m in _LOOKUP.finditer(actions)}
-    return all(name in subgoals for name in names if not _REFERENCE.fullmatch(name))
+    return all(name in subgoals for name in names if not _RESULT_NAME.fullmatch(name))
 
 
 # Per family: do the subgoals hold what the actions would otherwise copy from the task text?
@@ -74,8 +74,6 @@ def plan_following(tasks: list[Task], share: float, seed: int = 0) -> list[Task]
 
 # --------------------------------------------------------------------------- composed plans
 
-_VARIABLE = re.compile(rf"\b{R_VARIABLE}\b")
-
 
 @dataclass(frozen=True)
 class Step:
@@ -102,14 +100,14 @@ def readable_steps(task: Task) -> list[Step]:
             action = parse_action(text)
         except FormatError:
             return []
-        references = tuple(dict.fromkeys(_VARIABLE.findall(action.argument)))
-        if len(action.outputs) == 1 and rule(subgoal, text) and set(_VARIABLE.findall(subgoal)) == set(references):
+        references = tuple(dict.fromkeys(REFERENCE.findall(action.argument)))
+        if len(action.outputs) == 1 and rule(subgoal, text) and set(REFERENCE.findall(subgoal)) == set(references):
             steps.append(Step(subgoal, action.tool, action.argument, references, style))
     return steps
 
 
 def _renamed(text: str, names: dict[str, str]) -> str:
-    return _VARIABLE.sub(lambda m: names.get(m[0], m[0]), text)
+    return REFERENCE.sub(lambda m: names.get(m[0], m[0]), text)
 
 
 def _compose(fitting: list[list[Step]], length: int, rng: random.Random) -> tuple[list[str], ...] | None:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from coalign.formats import R_VARIABLE, parse_action, split_actions
+from coalign.formats import REFERENCE, parse_action, split_actions
 from coalign.tools import maths, qa
 
 Tool = Callable[[str], tuple[str, ...]]
@@ -27,7 +27,6 @@ MAX_VALUE_CHARS = 10_000  # one output value
 MAX_ERROR_CHARS = 500  # one recorded error message
 ACTION_TIMEOUT_S = 1.0  # wall-clock limit on one tool call, where a timer can enforce it (see `_timed_call`)
 
-_REFERENCE = re.compile(rf"\b{R_VARIABLE}\b", re.A)  # a longer R is no reference
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?", re.A)
 
 
@@ -79,14 +78,14 @@ def _operand(value: str) -> str:
 
 def _substitute(argument: str, values: dict[str, str]) -> str:
     """Replace each `R#` (whole word: R1 never matches inside R12) by its earlier value."""
-    references = _REFERENCE.findall(argument)
+    references = REFERENCE.findall(argument)
     missing = sorted({r for r in references if r not in values}, key=lambda r: int(r[1:]))
     if missing:
         raise ValueError(f"{', '.join(missing)} not set by an earlier action")
     size = len(argument) + sum(len(values[r]) + 2 - len(r) for r in references)
     if size > MAX_INPUT_CHARS:
         raise ValueError(f"argument too long after substituting references (limit {MAX_INPUT_CHARS})")
-    return _REFERENCE.sub(lambda match: _operand(values[match[0]]), argument)
+    return REFERENCE.sub(lambda match: _operand(values[match[0]]), argument)
 
 
 class _ActionTimeout(BaseException):
