@@ -118,7 +118,7 @@ class DataSource(Settings):
     ]
     path: Path | None = None
     grounder_path: Path | None = None
-    split: Literal["train", "heldin", "heldout"] | None = None
+    split: Literal["train", "heldin", "heldout", "composed"] | None = None  # composed: maths suite, training only
     n: int | None = Field(None, ge=1)
     seed: int = 0
 
@@ -127,6 +127,8 @@ class DataSource(Settings):
         generated = self.kind in GENERATED_KINDS
         if generated and (self.split is None or self.n is None):
             raise ValueError(f"kind '{self.kind}' needs 'split' and 'n'")
+        if self.split == "composed" and self.kind != "suite":
+            raise ValueError(f"split 'composed' is the maths suite's (kind 'suite'), not kind '{self.kind}''s")
         if not generated and self.path is None:
             raise ValueError(f"kind '{self.kind}' needs 'path'")
         if self.kind == "lumos" and self.grounder_path is None:

@@ -3,7 +3,7 @@
 import pytest
 
 from coalign.config import BUNDLED, ConfigError, load_config
-from coalign.tasks.sources import load_sources
+from coalign.tasks.sources import load_source, load_sources
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in BUNDLED.glob("*.yaml")))
@@ -44,6 +44,17 @@ def test_wrong_type_names_field(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert "data.train.0.n" in str(err.value) and "line 4" in str(err.value)
+
+
+def test_composed_stories_are_a_maths_suite_split_only(tmp_path):
+    path = tmp_path / "composed.yaml"
+    path.write_text("name: x\ndata:\n  train:\n    - {kind: suite, split: composed, n: 4}\n")
+    source = load_config(path).data.train[0]
+    assert [t.meta["template"] for t in load_source(source)] == ["composed"] * 4
+    path.write_text("name: x\ndata:\n  train:\n    - {kind: qa_suite, split: composed, n: 4}\n")
+    with pytest.raises(ConfigError, match="split 'composed' is the maths suite's") as err:
+        load_config(path)
+    assert "data.train.0" in str(err.value) and "line 4" in str(err.value)
 
 
 def test_a_config_that_is_not_utf8_names_file_and_line(tmp_path):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import re
 from collections import Counter
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -13,6 +15,7 @@ from coalign.metrics import numeric_match
 from coalign.tasks.maths_suite import (
     _KINDS,
     BLANK_SUBGOAL,
+    COMPOSED,
     HELDIN_TEMPLATES,
     HELDOUT_TEMPLATES,
     NAMES,
@@ -20,8 +23,11 @@ from coalign.tasks.maths_suite import (
     STYLE_WEIGHTS,
     STYLES,
     VAGUE_SUBGOALS,
+    _compose_once,
     blank_subgoals,
     generate_suite,
+    heldout_structures,
+    structure_keys,
 )
 from coalign.tools.executor import execute
 
@@ -57,9 +63,10 @@ def test_a_longer_list_extends_a_shorter_one():
 
 def test_train_and_heldin_share_no_question():
     train = {t.question for t in generate_suite("train", 3000)}
+    composed = {t.question for t in generate_suite(COMPOSED, 1500)}
     heldin = {t.question for t in _suite("heldin")}
-    assert len(train) == 3000 and len(heldin) == 500
-    assert not train & heldin
+    assert len(train) == 3000 and len(composed) == 1500 and len(heldin) == 500
+    assert not (train | composed) & heldin
 
 
 def test_heldout_uses_only_templates_never_seen_held_in():
@@ -110,8 +117,64 @@ def test_no_heldout_task_repeats_a_held_in_structure():
     assert _structure(_suite("heldin")[0]) in held_in
 
 
+def test_composed_stories_share_no_structure_with_heldout_tasks():
+    """Checked with this file's own notion of structure (flow and question), not the generator's."""
+    held_out = {_structure(t): t.meta["template"] for t in generate_suite("heldout", 2000)}
+    clashes = Counter(held_out[_structure(t)] for t in generate_suite(COMPOSED, 3000) if _structure(t) in held_out)
+    assert not clashes, clashes
+
+
+def test_composed_stories_are_new_combinations_of_held_in_events():
+    held_in = {_structure(t) for t in generate_suite("train", 3000)}
+    composed = generate_suite(COMPOSED, 1500)
+    assert {t.meta["template"] for t in composed} == {"composed"}
+    assert _share(composed, lambda t: _structure(t) not in held_in) > 0.5
+    assert Counter(t.meta["steps"] for t in composed).keys() == {2, 3, 4}
+    known = set()
+    for task in generate_suite("train", 3000):
+        known |= _words(" ".join([task.question, *task.subgoals]))
+    unseen = Counter(w for t in composed for w in _words(" ".join([t.question, *t.subgoals])) - known)
+    assert not unseen, unseen.most_common(10)
+
+
+def test_heldout_structures_hold_every_structure_a_heldout_template_builds():
+    rng = random.Random("another sample")
+    for name, template in HELDOUT_TEMPLATES.items():
+        for _ in range(1000):
+            draft = template(rng)
+            assert set(structure_keys(draft.steps, draft.question)) <= heldout_structures(), name
+
+
+def test_unfiltered_compositions_would_include_heldout_structures():
+    """The filter bites: drawn without it, some composed drafts compute exactly what give_split does."""
+    rng = random.Random(0)
+    drafts = [_compose_once(rng) for _ in range(3000)]
+    rejected = [d for d in drafts if set(structure_keys(d.steps, d.question)) & heldout_structures()]
+    assert 0 < len(rejected) < 0.1 * len(drafts)
+    give_split = HELDOUT_TEMPLATES["heldout_give_split"]
+    splits = {structure_keys(d.steps, d.question)[0] for d in (give_split(rng) for _ in range(500))}
+    assert any(structure_keys(d.steps, d.question)[0] in splits for d in rejected)
+
+
+def test_structure_keys_ignore_names_items_and_numbers_but_not_quantities():
+    draft = HELDOUT_TEMPLATES["heldout_give_split"](random.Random(1))
+    fresh = [n for n in NAMES if n not in draft.people][:2]
+    item = next(i for k in _KINDS.values() for i in k.items if i != draft.item)
+
+    def reworded(text: str) -> str:
+        for old, new in zip(draft.people, fresh):
+            text = re.sub(rf"\b{old}\b", new, text)
+        return re.sub(rf"\b{draft.item}\b", item, re.sub(r"\d+", "7", text))
+
+    keys = structure_keys(draft.steps, draft.question)
+    assert structure_keys([replace(s, what=reworded(s.what)) for s in draft.steps], reworded(draft.question)) == keys
+    changed = [replace(draft.steps[0], what="how many boxes were left"), *draft.steps[1:]]
+    assert structure_keys(changed, draft.question)[0] != keys[0]
+    assert structure_keys(draft.steps, "How many boxes were left?")[1] != keys[1]
+
+
 def test_ids_datasets_and_family_follow_the_split():
-    for split in SPLITS:
+    for split in (*SPLITS, COMPOSED):
         tasks = _suite(split)
         assert [t.id for t in tasks] == [f"suite-{split}-{i:05d}" for i in range(len(tasks))]
         assert {t.dataset for t in tasks} == {"suite-heldout" if split == "heldout" else "suite-heldin"}
@@ -119,7 +182,7 @@ def test_ids_datasets_and_family_follow_the_split():
 
 
 def test_every_task_has_two_to_four_steps_each_with_a_subgoal_in_one_style():
-    for split in SPLITS:
+    for split in (*SPLITS, COMPOSED):
         for task in _suite(split):
             assert 2 <= len(task.actions) <= 4 and task.meta["steps"] == len(task.actions)
             assert len(task.subgoals) == len(task.actions) == len(task.subgoal_styles)
@@ -134,7 +197,7 @@ def test_style_shares_are_near_the_module_constants():
 
 
 def test_actions_apply_one_operation_to_question_numbers_or_earlier_results():
-    for split in SPLITS:
+    for split in (*SPLITS, COMPOSED):
         for task in _suite(split):
             numbers = set(re.findall(r"\b\d+\b", task.question))
             for i, (_, left, right) in enumerate(_operations(task), start=1):
@@ -146,21 +209,21 @@ def test_actions_apply_one_operation_to_question_numbers_or_earlier_results():
 
 
 def test_executing_the_gold_actions_gives_the_gold_answer_on_every_task():
-    for split in SPLITS:
+    for split in (*SPLITS, COMPOSED):
         for task in _suite(split):
             trace = execute(task.actions, domain="maths")
             assert numeric_match(trace.answer, task.answer), (task.id, task.actions, trace.answer, task.answer)
 
 
 def test_answers_are_positive_integers_below_ten_thousand():
-    for split in SPLITS:
+    for split in (*SPLITS, COMPOSED):
         for task in _suite(split):
             assert task.answer.isdigit() and 0 < int(task.answer) < 10_000, task.answer
 
 
 def test_explicit_subgoals_name_every_operand_while_descriptive_ones_name_no_number():
     seen = Counter()
-    for split in SPLITS:
+    for split in (*SPLITS, COMPOSED):
         for task in _suite(split):
             style = task.subgoal_styles[0]
             seen[style] += 1
@@ -187,7 +250,7 @@ def _share(tasks, predicate) -> float:
 
 def test_the_decomposition_cannot_be_read_off_the_text():
     """A grounder that copies numbers in text order, or ignores which facts matter, should fail often."""
-    for split in SPLITS:
+    for split in (*SPLITS, COMPOSED):
         tasks = _suite(split)
         assert _share(tasks, lambda t: t.meta["distractors"] > 0) > 0.4
         assert _share(tasks, lambda t: t.meta["out_of_order"]) > 0.3

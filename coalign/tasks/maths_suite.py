@@ -22,11 +22,13 @@ import random
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Callable
 
 from coalign.tasks import Task
 
-SPLITS = ("train", "heldin", "heldout")
+SPLITS = ("train", "heldin", "heldout")  # every bundled suite's; the maths suite also has COMPOSED (training only)
+COMPOSED = "composed"
 STYLES = ("explicit", "descriptive", "vague")
 STYLE_WEIGHTS: dict[str, float] = {"explicit": 0.55, "descriptive": 0.25, "vague": 0.20}
 VAGUE_SUBGOALS = ("Work out the next step", "Find the total", "Calculate the answer", "Compute the result")
@@ -659,6 +661,153 @@ def _bags_compare(rng: random.Random) -> _Draft:
     return _Draft(_narrate(rng, clock, clauses, shuffle), question, steps.items, shuffle, (p, q), item)
 
 
+# ---- composed stories (split "composed", training data only)
+#
+# A held-out story is a new combination of held-in clauses. Composed stories show the planner many
+# such combinations: the gains, losses, gifts and bags of day_chain, give_compare and packs_share, for
+# one person or two, in any order, ending in a held-in question. A draft whose steps some held-out
+# template can also build (the same operations on the same quantities, names, items and days aside)
+# is drawn again, so no held-out structure is trained on; its neighbours (an event more or less) are.
+
+_COMPOSED_EVENTS = ("more", "lose", "give", "bags")
+_COMPOSED_ENDS = ("count", "compare", "boxes", "friends", "bags_of")
+
+
+@dataclass(frozen=True)
+class _Holding:
+    """One person's count while a composed story is told: its operand (number or R#) and value."""
+
+    operand: Operand
+    value: int
+
+
+def _compose_once(rng: random.Random) -> _Draft:
+    p, q = _people(rng, 2)
+    kind, item = _kind(rng)
+    _, got, getting = kind.get
+    pair = rng.random() < 0.6
+    start = {p: _num(rng), q: _num(rng)}
+    opening = f"{p} had {start[p]} {item} and {q} had {start[q]} {item}" if pair else f"{p} {got} {start[p]} {item}"
+    clauses = [opening]
+    events: list[tuple[str, str, Operand | tuple[int, int], str]] = []  # (person, op, amount, what) in time order
+    for _ in range(rng.randint(1, 3)):
+        who = rng.choice((p, q)) if pair else p
+        other = q if who == p else p
+        event = rng.choice(_COMPOSED_EVENTS)
+        if event == "more":
+            e = _num(rng, 2, 30)
+            clauses.append(f"{who} {got} {e} more {item}")
+            events.append((who, "+", e, f"how many {item} {who} had after {getting} more"))
+        elif event == "lose":
+            (clause, gerund), e = rng.choice(kind.lose[1:]), _num(rng, 2, 30)
+            clauses.append(f"{who} {clause.format(n=e, item=item)}")
+            events.append((who, "-", e, f"how many {item} {who} had after {gerund}"))
+        elif event == "give":
+            c = _num(rng, 2, 20)
+            clauses.append(f"{who} gave {c} {item} to {other}")
+            if pair:
+                events.append((who, "-", c, f"how many {item} {who} had left"))
+                events.append((other, "+", c, f"how many {item} {other} had after getting some from {who}"))
+            else:
+                events.append((who, "-", c, f"how many {item} {who} had after giving some to {other}"))
+        else:
+            c, m = _num(rng, 2, 6), _num(rng, 3, 12)
+            clauses.append(f"{who} bought {c} bags of {item} with {m} {item} in each bag")
+            events.append((who, "bags", (c, m), f"how many {item} {who} had after buying the bags"))
+    steps = _Steps()
+
+    def told(person: str) -> _Holding:
+        """The person's steps, in time order, from the count the story opens with."""
+        held = _Holding(start[person], start[person])
+        for who, op, amount, what in events:
+            if who != person:
+                continue
+            if op == "bags":
+                c, m = amount  # type: ignore[misc]
+                bags = steps("*", c, m, f"how many {item} were in the bags {person} bought")
+                held = _Holding(steps("+", held.operand, bags, what), held.value + c * m)
+            else:
+                value = held.value + amount if op == "+" else held.value - amount  # type: ignore[operator]
+                held = _Holding(steps(op, held.operand, amount, what), value)
+        return held
+
+    x = rng.choice((p, q)) if pair else p
+    end = rng.choice(_COMPOSED_ENDS if pair else tuple(e for e in _COMPOSED_ENDS if e != "compare"))
+    question = f"How many {item} did {x} have in the end?"
+    if end == "compare":
+        mine, theirs = told(p), told(q)
+        (big, small), (hb, hs) = ((p, q), (mine, theirs)) if mine.value >= theirs.value else ((q, p), (theirs, mine))
+        steps("-", hb.operand, hs.operand, f"how many more {item} {big} had than {small}")
+        question = f"How many more {item} did {big} have than {small} in the end?"
+    elif end != "count":
+        held, d = told(x), _num(rng, 2, 6)
+        if end == "boxes":
+            clauses.append(f"{x} put all the {item} equally into {d} boxes")
+            steps("/", held.operand, d, f"how many {item} went into each box")
+            question = f"How many {item} were in each box?"
+        elif end == "friends":
+            clauses.append(f"{x} shared all the {item} left equally among {d} friends")
+            steps("/", held.operand, d, f"how many {item} each friend got")
+            question = f"How many {item} did each friend get?"
+        else:
+            steps("/", held.operand, d, f"how many bags {x} can fill")
+            question = f"How many bags of {d} {item} can {x} fill in the end?"
+    else:
+        told(x)
+    clock = _clock(rng, _DAYS if len(clauses) > len(_PARTS) or rng.random() < 0.5 else _PARTS, len(clauses))
+    shuffle = _shuffled(rng)
+    return _Draft(_narrate(rng, clock, clauses, shuffle), question, steps.items, shuffle, (p, q), item)
+
+
+def _composed(rng: random.Random) -> _Draft:
+    """A composed story that no held-out template could have built."""
+    while True:
+        draft = _compose_once(rng)
+        if not set(structure_keys(draft.steps, draft.question)) & heldout_structures():
+            return draft
+
+
+_NAME_WORD = re.compile(r"\b(?:" + "|".join(NAMES) + r")\b")
+_ITEM_WORD = re.compile(r"\b(?:" + "|".join(i for k in _KINDS.values() for i in k.items) + r")\b")
+_WHEN_WORDS = re.compile(r" (?:" + "|".join(_DAYS + _PARTS + _MONTHS) + r")\b")
+_SAME_MEANING = (
+    (_ITEM_WORD, "ITEM"),
+    (_WHEN_WORDS, ""),
+    (re.compile(r"\b\d+\b"), "N"),
+    (re.compile(r"\b(?:" + "|".join(k.get[2] for k in _KINDS.values()) + r") more\b"), "getting more"),
+    (re.compile(r"\b(?:selling|eating|losing) some\b"), "losing some"),
+    (re.compile(r"had after giving some to P\d\b"), "had left"),
+)
+
+
+def structure_keys(steps: list[_Step], question: str) -> tuple[tuple, tuple]:
+    """Two views of what a story computes, its wording aside (names by first mention, items, days,
+    numbers and synonyms made one): every step's operation, operands (a number or an earlier result)
+    and quantity; and the operations' flow with the question asked."""
+    names: dict[str, str] = {}
+
+    def plain(text: str) -> str:
+        text = _NAME_WORD.sub(lambda m: names.setdefault(m.group(0), f"P{len(names) + 1}"), text)
+        for pattern, same in _SAME_MEANING:
+            text = pattern.sub(same, text)
+        return text
+
+    flow = tuple((s.op, *(o if isinstance(o, str) else "n" for o in (s.left, s.right))) for s in steps)
+    quantities = tuple(plain(s.what) for s in steps)
+    return ("steps", *zip(flow, quantities)), ("asked", *flow, plain(question))
+
+
+HELDOUT_STRUCTURE_DRAWS = 4000  # per held-out template: every branch many times over (a test checks closure)
+
+
+@lru_cache(maxsize=1)
+def heldout_structures() -> frozenset[tuple]:
+    """Every structure key a held-out template builds, from many seeded drafts of each."""
+    rng = random.Random("coalign-suite/heldout-structures")
+    drafts = (template(rng) for template in HELDOUT_TEMPLATES.values() for _ in range(HELDOUT_STRUCTURE_DRAWS))
+    return frozenset(key for draft in drafts for key in structure_keys(draft.steps, draft.question))
+
+
 HELDIN_TEMPLATES: dict[str, Callable[[random.Random], _Draft]] = {
     "day_chain": _day_chain,
     "times_as_many": _times_as_many,
@@ -676,6 +825,7 @@ HELDOUT_TEMPLATES: dict[str, Callable[[random.Random], _Draft]] = {
     "heldout_give_split": _give_split,
     "heldout_bags_compare": _bags_compare,
 }
+COMPOSED_TEMPLATES: dict[str, Callable[[random.Random], _Draft]] = {"composed": _composed}
 
 # --------------------------------------------------------------------------- distractors
 
@@ -745,10 +895,10 @@ def _draw(rng: random.Random, templates: dict[str, Callable[[random.Random], _Dr
 
 def generate_suite(split: str, n: int, seed: int = 0) -> list[Task]:
     """`n` tasks of `split`, the same for the same (split, n, seed); a longer list extends a shorter one."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {SPLITS}")
+    if split not in (*SPLITS, COMPOSED):
+        raise ValueError(f"unknown split {split!r}; known: {(*SPLITS, COMPOSED)}")
     rng = random.Random(f"coalign-suite/{split}/{seed}")
-    templates = HELDOUT_TEMPLATES if split == "heldout" else HELDIN_TEMPLATES
+    templates = {"heldout": HELDOUT_TEMPLATES, COMPOSED: COMPOSED_TEMPLATES}.get(split, HELDIN_TEMPLATES)
     tasks: list[Task] = []
     seen: set[str] = set()
     while len(tasks) < n:
@@ -763,7 +913,7 @@ def generate_suite(split: str, n: int, seed: int = 0) -> list[Task]:
             Task(
                 id=f"suite-{split}-{len(tasks):05d}",
                 family="maths",
-                dataset="suite-heldout" if split == "heldout" else "suite-heldin",
+                dataset="suite-heldout" if split == "heldout" else "suite-heldin",  # composed: scored as held-in
                 question=question,
                 subgoals=tuple(_subgoal(step, style, rng) for step in draft.steps),
                 actions=tuple(step.action(i) for i, step in enumerate(draft.steps, start=1)),
