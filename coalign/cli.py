@@ -405,6 +405,13 @@ def _suite(family: str):
     return generators[family]
 
 
+def _suite_splits(family: str) -> tuple[str, ...]:
+    """The splits of a bundled generator: every one's, and the maths suite's composed stories."""
+    from coalign.tasks.maths_suite import COMPOSED, SPLITS
+
+    return (*SPLITS, COMPOSED) if family == "maths" else SPLITS
+
+
 @data_app.command("suite")
 def data_suite(
     out: Annotated[Path, typer.Option(help="output folder")],
@@ -415,10 +422,9 @@ def data_suite(
     """Write a bundled suite's splits as tasks JSONL and Lumos planner/grounder rows."""
     from coalign.runs import write_jsonl
     from coalign.tasks.lumos import save_lumos_rows, task_to_rows
-    from coalign.tasks.maths_suite import SPLITS
 
     generate = _suite(family)
-    for split in SPLITS:
+    for split in _suite_splits(family):
         tasks = generate(split, n, seed)
         write_jsonl(out / f"{split}.tasks.jsonl", [t.to_json() for t in tasks])
         rows = [task_to_rows(t) for t in tasks]
@@ -497,12 +503,11 @@ def data_check_gold(
     from coalign.tasks.gold import gold_execution_report
     from coalign.tasks.gsm8k import load_gsm8k
     from coalign.tasks.sources import report_skipped
-    from coalign.tasks.maths_suite import SPLITS
     from coalign.tasks.svamp import load_svamp
 
     if kind == "suite":
         generate = _suite(family)
-        for split in SPLITS:
+        for split in _suite_splits(family):
             console.print(f"{family} suite, {split}: {gold_execution_report(generate(split, n, seed)).summary()}")
         return
     loaders = {"gsm8k": load_gsm8k, "svamp": load_svamp}
