@@ -13,6 +13,9 @@ only copies; a grounder given vague subgoals must untangle the story itself.
 questions, reordered facts, events of two templates combined, other question targets), told only
 with held-in words, clauses and subgoal phrasings, since a model trained from scratch can read
 nothing else.
+
+"composed" (training only, off by default) recombines the held-in events in new ways, never into a
+structure a held-out template builds (`structure_keys`).
 """
 
 from __future__ import annotations
@@ -682,6 +685,7 @@ class _Holding:
 
 
 def _compose_once(rng: random.Random) -> _Draft:
+    """One to three held-in events for one person or two, then a held-in question about them."""
     p, q = _people(rng, 2)
     kind, item = _kind(rng)
     _, got, getting = kind.get
@@ -770,7 +774,7 @@ def _composed(rng: random.Random) -> _Draft:
 _NAME_WORD = re.compile(r"\b(?:" + "|".join(NAMES) + r")\b")
 _ITEM_WORD = re.compile(r"\b(?:" + "|".join(i for k in _KINDS.values() for i in k.items) + r")\b")
 _WHEN_WORDS = re.compile(r" (?:" + "|".join(_DAYS + _PARTS + _MONTHS) + r")\b")
-_SAME_MEANING = (
+_PLAIN_WORDING = (
     (_ITEM_WORD, "ITEM"),
     (_WHEN_WORDS, ""),
     (re.compile(r"\b\d+\b"), "N"),
@@ -788,7 +792,7 @@ def structure_keys(steps: list[_Step], question: str) -> tuple[tuple, tuple]:
 
     def plain(text: str) -> str:
         text = _NAME_WORD.sub(lambda m: names.setdefault(m.group(0), f"P{len(names) + 1}"), text)
-        for pattern, same in _SAME_MEANING:
+        for pattern, same in _PLAIN_WORDING:
             text = pattern.sub(same, text)
         return text
 
