@@ -118,7 +118,7 @@ class DataSource(Settings):
     ]
     path: Path | None = None
     grounder_path: Path | None = None
-    split: Literal["train", "heldin", "heldout", "composed"] | None = None  # composed: maths suite, training only
+    split: Literal["train", "heldin", "heldout"] | None = None
     n: int | None = Field(None, ge=1)
     seed: int = 0
 
@@ -127,8 +127,6 @@ class DataSource(Settings):
         generated = self.kind in GENERATED_KINDS
         if generated and (self.split is None or self.n is None):
             raise ValueError(f"kind '{self.kind}' needs 'split' and 'n'")
-        if self.split == "composed" and self.kind != "suite":
-            raise ValueError(f"split 'composed' is the maths suite's (kind 'suite'), not kind '{self.kind}''s")
         if not generated and self.path is None:
             raise ValueError(f"kind '{self.kind}' needs 'path'")
         if self.kind == "lumos" and self.grounder_path is None:
@@ -153,6 +151,13 @@ class DataSettings(Settings):
         le=4,
         description="grounder rows, per training task, whose plans chain readable steps of different training "
         "tasks in new orders, each with another task's text (tasks/plan_following.py); 0 = off, as in the paper",
+    )
+    composed_stories: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="maths stories that recombine the held-in events in new ways, never into a held-out "
+        "structure (the maths suite's split 'composed'), added to the planner's data; 0 = off, as in the paper",
     )
     skip_bad_rows: bool = Field(
         False,

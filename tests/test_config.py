@@ -3,7 +3,7 @@
 import pytest
 
 from coalign.config import BUNDLED, ConfigError, load_config
-from coalign.tasks.sources import load_source, load_sources
+from coalign.tasks.sources import load_sources
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in BUNDLED.glob("*.yaml")))
@@ -46,15 +46,21 @@ def test_wrong_type_names_field(tmp_path):
     assert "data.train.0.n" in str(err.value) and "line 4" in str(err.value)
 
 
-def test_composed_stories_are_a_maths_suite_split_only(tmp_path):
-    path = tmp_path / "composed.yaml"
-    path.write_text("name: x\ndata:\n  train:\n    - {kind: suite, split: composed, n: 4}\n")
-    source = load_config(path).data.train[0]
-    assert [t.meta["template"] for t in load_source(source)] == ["composed"] * 4
-    path.write_text("name: x\ndata:\n  train:\n    - {kind: qa_suite, split: composed, n: 4}\n")
-    with pytest.raises(ConfigError, match="split 'composed' is the maths suite's") as err:
+def test_composed_stories_go_to_the_planner_only_and_are_validated(tmp_path):
+    from coalign.recipes.sft_data import grounder_data, planner_data, planner_examples
+    from coalign.tasks.maths_suite import COMPOSED, generate_suite
+
+    train = generate_suite("train", 30)
+    plain, config = load_config("tiny", {"seed": 3}), load_config("tiny", {"seed": 3, "data": {"composed_stories": 40}})
+    assert plain.data.composed_stories == 0 and planner_data(plain, train) == planner_data(config, train)[:30]
+    stories = generate_suite(COMPOSED, 40, seed=3)
+    assert planner_data(config, train)[30:] == [e for t in stories for e in planner_examples(t)]
+    assert grounder_data(config, train) == grounder_data(plain, train)
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\ndata:\n  train:\n    - {kind: suite, split: train, n: 4}\n  composed_stories: -2\n")
+    with pytest.raises(ConfigError) as err:
         load_config(path)
-    assert "data.train.0" in str(err.value) and "line 4" in str(err.value)
+    assert "data.composed_stories" in str(err.value) and "line 5" in str(err.value)
 
 
 def test_a_config_that_is_not_utf8_names_file_and_line(tmp_path):

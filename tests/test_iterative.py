@@ -62,10 +62,10 @@ def test_sft_rows_are_one_example_per_assistant_turn_and_rebuild_the_gold_conver
 
 def test_sft_prompts_render_as_the_loop_renders_them_and_mixed_data_keeps_onetime_rows(tmp_path) -> None:
     maths, web = generate_suite("train", 2), generate_web_suite("train", 2)
-    examples = planner_data(maths + web)
+    config = load_config("tiny", {"data": {"train": [{"kind": "suite", "split": "train", "n": 2}]}})
+    examples = planner_data(config, maths + web)
     assert examples[:2] == [planner_examples(t)[0] for t in maths] and all(isinstance(u, str) for u, _ in examples[:2])
     assert len(examples) == 2 + sum(len(t.subgoals) + 1 for t in web)
-    config = load_config("tiny", {"data": {"train": [{"kind": "suite", "split": "train", "n": 2}]}})
     assert len(grounder_data(config, web)) == sum(len(t.subgoals) for t in web)  # no plan-following copies for web
     make_tiny_model(["<|user|>\nhello\n<|assistant|>\nworld</s>"] * 4, tmp_path, load_config("tiny").models.tiny)
     from coalign.models import load_tokenizer
@@ -251,7 +251,7 @@ def test_a_tiny_team_trains_on_maths_and_web_tasks_and_evaluates_web_sets(tmp_pa
     results = run_lumos(config, tmp_path, Console(quiet=True))
     train = load_data(config.data.train, False)[0]
     stages = {s: json.loads((tmp_path / "stages" / f"{s}.json").read_text()) for s in ("planner_sft", "grounder_sft")}
-    assert stages["planner_sft"]["examples"] == len(planner_data(train))  # web tasks: one example per turn
+    assert stages["planner_sft"]["examples"] == len(planner_data(config, train))  # web tasks: one example per turn
     heldin, heldout = results["heldin"]["sets"]["web-suite-heldin"], results["heldout"]["sets"]["web-suite-heldout"]
     assert (heldin["metric"], heldout["metric"]) == ("step_success_rate", "reward")
     for metrics in (heldin, heldout):

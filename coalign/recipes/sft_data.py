@@ -13,6 +13,7 @@ from coalign.formats import lumos_chat, lumos_generation_prompt
 from coalign.formats_iterative import turn_examples
 from coalign.tasks import Task
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
+from coalign.tasks.maths_suite import COMPOSED, generate_suite
 from coalign.tasks.plan_following import plan_compositions, plan_following
 
 
@@ -50,9 +51,12 @@ def tokenizer_texts(task: Task) -> list[str]:
     return [lumos_generation_prompt(u) + c for u, c in (planner_pair(task), grounder_pair(task))]
 
 
-def planner_data(train: list[Task]) -> list[Example]:
-    """The planner's ground-truth SFT data: every training task's examples."""
-    return [example for t in train for example in planner_examples(t)]
+def planner_data(config: RunConfig, train: list[Task]) -> list[Example]:
+    """The planner's ground-truth SFT data: every training task's examples, then composed stories if set."""
+    stories = (
+        generate_suite(COMPOSED, config.data.composed_stories, config.seed) if config.data.composed_stories else []
+    )
+    return [example for t in train + stories for example in planner_examples(t)]
 
 
 def grounder_data(config: RunConfig, train: list[Task]) -> list[Example]:

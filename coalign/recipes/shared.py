@@ -206,7 +206,7 @@ def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str,
     planner_init, grounder_init = initial_models(run, config, train, console)
     trust = config.models.trust_remote_code
     if agent == "planner":
-        examples = planner_data(train)
+        examples = planner_data(config, train)
         return train_agent(
             run,
             "planner_sft",

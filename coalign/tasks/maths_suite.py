@@ -14,8 +14,8 @@ questions, reordered facts, events of two templates combined, other question tar
 with held-in words, clauses and subgoal phrasings, since a model trained from scratch can read
 nothing else.
 
-"composed" (training only, off by default) recombines the held-in events in new ways, never into a
-structure a held-out template builds (`structure_keys`).
+"composed" (the planner's `data.composed_stories`, off by default) recombines the held-in events in
+new ways, never into a structure a held-out template builds (`structure_keys`).
 """
 
 from __future__ import annotations
