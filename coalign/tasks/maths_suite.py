@@ -668,8 +668,8 @@ def _bags_compare(rng: random.Random) -> _Draft:
 #
 # A held-out story is a new combination of held-in clauses. Composed stories show the planner many
 # such combinations: the gains, losses, gifts and bags of day_chain, give_compare and packs_share, for
-# one person or two, in any order, ending in a held-in question. A draft whose steps some held-out
-# template can also build (the same operations on the same quantities, names, items and days aside)
+# one person or two, in any order, ending in a held-in question. A draft that some held-out template
+# can also build (either view of `structure_keys`: the steps' quantities, or the flow with the question)
 # is drawn again, so no held-out structure is trained on; its neighbours (an event more or less) are.
 
 _COMPOSED_EVENTS = ("more", "lose", "give", "bags")
