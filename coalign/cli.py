@@ -407,9 +407,9 @@ def _suite(family: str):
 
 def _suite_splits(family: str) -> tuple[str, ...]:
     """The splits of a bundled generator: every one's, and the maths suite's composed stories."""
-    from coalign.tasks.maths_suite import COMPOSED, SPLITS
+    from coalign.tasks.maths_suite import MATHS_SPLITS, SPLITS
 
-    return (*SPLITS, COMPOSED) if family == "maths" else SPLITS
+    return MATHS_SPLITS if family == "maths" else SPLITS
 
 
 @data_app.command("suite")

@@ -32,6 +32,7 @@ from coalign.tasks import Task
 
 SPLITS = ("train", "heldin", "heldout")  # every bundled suite's; the maths suite also has COMPOSED (training only)
 COMPOSED = "composed"
+MATHS_SPLITS = (*SPLITS, COMPOSED)
 STYLES = ("explicit", "descriptive", "vague")
 STYLE_WEIGHTS: dict[str, float] = {"explicit": 0.55, "descriptive": 0.25, "vague": 0.20}
 VAGUE_SUBGOALS = ("Work out the next step", "Find the total", "Calculate the answer", "Compute the result")
@@ -145,11 +146,16 @@ _APPLY: dict[str, Callable[[Fraction, Fraction], Fraction]] = {
 }
 
 
+def _value(operand: Operand, values: list[int]) -> int:
+    """A number, or the value of the earlier result it names."""
+    return values[int(operand[1:]) - 1] if isinstance(operand, str) else operand
+
+
 def _evaluate(steps: list[_Step]) -> list[int] | None:
     """Each step's value, or None when one is not a positive integer below MAX_ANSWER."""
     values: list[int] = []
     for step in steps:
-        left, right = (values[int(o[1:]) - 1] if isinstance(o, str) else o for o in (step.left, step.right))
+        left, right = (_value(o, values) for o in (step.left, step.right))
         if step.op == "/" and right == 0:
             return None
         value = _APPLY[step.op](Fraction(left), Fraction(right))
@@ -676,14 +682,6 @@ _COMPOSED_EVENTS = ("more", "lose", "give", "bags")
 _COMPOSED_ENDS = ("count", "compare", "boxes", "friends", "bags_of")
 
 
-@dataclass(frozen=True)
-class _Holding:
-    """One person's count while a composed story is told: its operand (number or R#) and value."""
-
-    operand: Operand
-    value: int
-
-
 def _compose_once(rng: random.Random) -> _Draft:
     """One to three held-in events for one person or two, then a held-in question about them."""
     p, q = _people(rng, 2)
@@ -720,41 +718,39 @@ def _compose_once(rng: random.Random) -> _Draft:
             events.append((who, "bags", (c, m), f"how many {item} {who} had after buying the bags"))
     steps = _Steps()
 
-    def told(person: str) -> _Holding:
-        """The person's steps, in time order, from the count the story opens with."""
-        held = _Holding(start[person], start[person])
+    def told(person: str) -> Operand:
+        """The person's steps, in time order, from the count the story opens with; their last result."""
+        held: Operand = start[person]
         for who, op, amount, what in events:
             if who != person:
                 continue
             if op == "bags":
                 c, m = amount  # type: ignore[misc]
-                bags = steps("*", c, m, f"how many {item} were in the bags {person} bought")
-                held = _Holding(steps("+", held.operand, bags, what), held.value + c * m)
-            else:
-                value = held.value + amount if op == "+" else held.value - amount  # type: ignore[operator]
-                held = _Holding(steps(op, held.operand, amount, what), value)
+                amount, op = steps("*", c, m, f"how many {item} were in the bags {person} bought"), "+"
+            held = steps(op, held, amount, what)  # type: ignore[arg-type]
         return held
 
     x = rng.choice((p, q)) if pair else p
     end = rng.choice(_COMPOSED_ENDS if pair else tuple(e for e in _COMPOSED_ENDS if e != "compare"))
     question = f"How many {item} did {x} have in the end?"
     if end == "compare":
-        mine, theirs = told(p), told(q)
-        (big, small), (hb, hs) = ((p, q), (mine, theirs)) if mine.value >= theirs.value else ((q, p), (theirs, mine))
-        steps("-", hb.operand, hs.operand, f"how many more {item} {big} had than {small}")
+        counts = {p: told(p), q: told(q)}
+        values = _evaluate(steps.items) or []  # none: a step is invalid and `_draw` draws again whatever the order
+        big, small = sorted((p, q), key=lambda who: -_value(counts[who], values)) if values else (p, q)
+        steps("-", counts[big], counts[small], f"how many more {item} {big} had than {small}")
         question = f"How many more {item} did {big} have than {small} in the end?"
     elif end != "count":
         held, d = told(x), _num(rng, 2, 6)
         if end == "boxes":
             clauses.append(f"{x} put all the {item} equally into {d} boxes")
-            steps("/", held.operand, d, f"how many {item} went into each box")
+            steps("/", held, d, f"how many {item} went into each box")
             question = f"How many {item} were in each box?"
         elif end == "friends":
             clauses.append(f"{x} shared all the {item} left equally among {d} friends")
-            steps("/", held.operand, d, f"how many {item} each friend got")
+            steps("/", held, d, f"how many {item} each friend got")
             question = f"How many {item} did each friend get?"
         else:
-            steps("/", held.operand, d, f"how many bags {x} can fill")
+            steps("/", held, d, f"how many bags {x} can fill")
             question = f"How many bags of {d} {item} can {x} fill in the end?"
     else:
         told(x)
@@ -899,8 +895,8 @@ def _draw(rng: random.Random, templates: dict[str, Callable[[random.Random], _Dr
 
 def generate_suite(split: str, n: int, seed: int = 0) -> list[Task]:
     """`n` tasks of `split`, the same for the same (split, n, seed); a longer list extends a shorter one."""
-    if split not in (*SPLITS, COMPOSED):
-        raise ValueError(f"unknown split {split!r}; known: {(*SPLITS, COMPOSED)}")
+    if split not in MATHS_SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {MATHS_SPLITS}")
     rng = random.Random(f"coalign-suite/{split}/{seed}")
     templates = {"heldout": HELDOUT_TEMPLATES, COMPOSED: COMPOSED_TEMPLATES}.get(split, HELDIN_TEMPLATES)
     tasks: list[Task] = []
