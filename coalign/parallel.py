@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import re
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from rich.text import Text
 from coalign.console import make_console
 
 REFRESH_S = 1.0  # how often the live table rereads the logs
+PARENT_CHECK_S = 1.0  # how often a worker checks that the process that started it is still there
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,18 @@ class Job:
     fn: Callable[..., Any]
     args: tuple = ()
     log: Path | None = None
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker's initializer: leave as soon as the parent is gone (killed by SIGTERM or SIGKILL, say),
+    rather than go on training unseen beside the next run for as long as its job lasts."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _run_logged(job: Job, threads: int) -> Any:
@@ -156,7 +170,9 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
     waiting, running = list(range(len(jobs))), {}
     context = multiprocessing.get_context("spawn")
     with (
-        ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool,
+        ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_exit_with_parent, initargs=(os.getpid(),)
+        ) as pool,
         JobBoard(jobs, f"{desc} ({workers} processes)", console or make_console()) as board,
     ):
         while waiting or running:

@@ -3,6 +3,10 @@
 import io
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -303,6 +307,45 @@ def test_the_live_table_shows_a_log_s_latest_progress_line(tmp_path):
 def test_parallel_jobs_use_separate_processes(tmp_path: Path):
     pids = run_jobs([Job(f"p{i}", os.getpid, (), None) for i in range(2)], workers=2, desc="pids")
     assert os.getpid() not in pids
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie, exited and not yet reaped, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_workers_stop_when_the_parent_is_killed(tmp_path: Path):
+    """A bench stopped by SIGTERM leaves no worker training on unseen beside the next run."""
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from coalign.parallel import Job, run_jobs\n"
+        "from tests.jobs import sleep_after_writing_pid\n"
+        "if __name__ == '__main__':\n"
+        "    d = Path(sys.argv[1])\n"
+        "    run_jobs([Job(f'w{i}', sleep_after_writing_pid, (d / f'w{i}.pid',)) for i in range(2)], 2, 'sleep')\n"
+    )
+    (tmp_path / "bench.py").write_text(script)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "bench.py"), str(tmp_path)], env=env)
+    pid_files = [tmp_path / f"w{i}.pid" for i in range(2)]
+    deadline = time.monotonic() + 120
+    while not all(f.exists() and f.read_text() for f in pid_files):
+        assert parent.poll() is None and time.monotonic() < deadline, "the workers never started"
+        time.sleep(0.2)
+    workers = [int(f.read_text()) for f in pid_files]
+    assert all(_running(pid) for pid in workers)
+    parent.send_signal(signal.SIGTERM)
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_running(pid) for pid in workers)
 
 
 def test_the_cpu_is_named_from_cpuinfo():
