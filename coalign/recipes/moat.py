@@ -43,8 +43,10 @@ from coalign.config import RunConfig
 from coalign.errors import RunError
 from coalign.formats import FormatError, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.metrics import answer_correct
+from coalign.models import load_tokenizer
 from coalign.recipes.sft_data import grounder_data
 from coalign.recipes.shared import (
+    check_room,
     cold_start,
     evaluate_run,
     load_split,
@@ -460,6 +462,12 @@ def moat_rounds(
     m = config.moat
     units = round_units(round_tasks(config, train), m.web_turns_per_task, config.seed)
     initial = grounder_data(config, train)
+    for role, path, setting in (("planner", planner, "plan"), ("grounder", grounder, "ground")):
+        limit, tokenizer = (
+            getattr(m, f"max_new_tokens_{setting}"),
+            load_tokenizer(path, config.models.trust_remote_code),
+        )
+        check_room(console, "MOAT rounds", _tasks(units), role, tokenizer, limit, f"moat.max_new_tokens_{setting}")
     for r in range(1, m.rounds + 1):
         candidates = sample_stage(run, r, config, planner, units)
         scores = score_stage(run, r, config, grounder, units, candidates)

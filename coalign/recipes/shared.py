@@ -23,6 +23,7 @@ from coalign.config import LoraSettings, RunConfig, config_changes, config_to_ya
 from coalign.errors import RunError
 from coalign.evaluate import evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.models import make_tiny_model
+from coalign.output_room import Room, room
 from coalign.pretraining.bases import starting_point
 from coalign.recipes.sft_data import grounder_data, planner_data, tokenizer_texts
 from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, value_digest, write_json, write_jsonl
@@ -152,6 +153,14 @@ def train_agent(
     return str(out)
 
 
+def check_room(console: Console, name: str, tasks: list[Task], role: str, tokenizer, limit: int, setting: str) -> Room:
+    """`output_room.room`, said on the console when a gold turn does not fit."""
+    fit = room(tasks, role, tokenizer, limit)
+    if line := fit.warning(name, setting):
+        console.print(f"[yellow]{line}[/yellow]")
+    return fit
+
+
 def evaluate_run(
     run: Run, config: RunConfig, planner_path: str, grounder_path: str, console: Console, name: str = "eval"
 ) -> dict:
@@ -172,7 +181,15 @@ def evaluate_run(
                 label = source_name(source)
                 tasks = load_split(run, config, [source], f"{split}/{label}", console)
                 console.print(f"[bold]{name}[/bold] {split}/{label}: {len(tasks)} tasks")
-                metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{label}")
+                e = config.eval
+                fits = [
+                    check_room(console, f"{split}/{label}", tasks, "planner", planner.tokenizer,
+                               e.max_new_tokens_plan, "eval.max_new_tokens_plan"),
+                    check_room(console, f"{split}/{label}", tasks, "grounder", grounder.tokenizer,
+                               e.max_new_tokens_ground, "eval.max_new_tokens_ground"),
+                ]  # fmt: skip
+                metrics, rows = evaluate_tasks(planner, grounder, tasks, e, f"{split}/{label}")
+                metrics["gold_turns_too_long"] = {fit.role: fit.tasks_over for fit in fits}
                 write_jsonl(run.path(name, f"{split}-{label}.predictions.jsonl"), rows)
                 per_set[label], families[label] = metrics, set_family(tasks)
             results[split] = {
