@@ -211,6 +211,10 @@ def test_set_equation_output_feeds_solve_equation() -> None:
         ("x^2 + 1 > 0", "all real numbers"),
         ("x >= x", "all real numbers"),  # the unknown cancels: a constant difference, no polynomial to bound
         ("2*x > 2*x", "no solution"),
+        ("x > 1/10000000", "x > 1e-07"),  # rounded to 6 places this bound would read x > 0, another set
+        ("x < -3/100000000", "x < -3e-08"),
+        ("x^2 < 1/10^16", "-1e-08 < x < 1e-08"),
+        ("x > 1/1000000", "x > 0.000001"),  # six places hold it
     ],
 )
 def test_solve_inequality_prints_readable_intervals(inequality: str, solution: str) -> None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from coalign.critic_options import CriticBudget, OpenAIOptions, split_llm_options
 from coalign.formats import (
+    REFERENCE,
     TOOL_PREAMBLES,
     FormatError,
     format_actions,
@@ -70,8 +71,6 @@ class Critic(Protocol):
 
 # --------------------------------------------------------------------------- corrections
 
-_R_VARIABLE = re.compile(r"\bR\d+\b", re.A)
-
 
 def reindex(actions: str) -> str:
     """Rename R-variables to R1, R2, ... in order of first appearance, references included.
@@ -85,7 +84,7 @@ def reindex(actions: str) -> str:
     def rename(match: re.Match[str]) -> str:
         return mapping.setdefault(match[0], f"R{len(mapping) + 1}")
 
-    return _R_VARIABLE.sub(rename, actions)
+    return REFERENCE.sub(rename, actions)
 
 
 def gold_actions(task: Task) -> str | None:

@@ -367,10 +367,13 @@ def _format_relation(relation: _Relation) -> str:
 
 
 def _format_value(value: sp.Expr) -> str:
+    """A bound or solution of an inequality, as `format_number` writes it; a nonzero one that rounds to 0 in
+    scientific notation instead (`x > 1e-07`), since `x > 0` would be another set."""
     approx = _approximate(value)
     if approx is None:
         raise ToolError(f"not a real number: {value}")
-    return format_number(approx)
+    text = format_number(approx)
+    return f"{float(approx):.{DECIMALS}g}" if text == "0" and approx != 0 else text
 
 
 def _format_set(name: str, solutions: sp.Set) -> str:
