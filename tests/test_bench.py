@@ -339,13 +339,19 @@ def test_workers_stop_when_the_parent_is_killed(tmp_path: Path):
         assert parent.poll() is None and time.monotonic() < deadline, "the workers never started"
         time.sleep(0.2)
     workers = [int(f.read_text()) for f in pid_files]
-    assert all(_running(pid) for pid in workers)
-    parent.send_signal(signal.SIGTERM)
-    parent.wait(timeout=30)
-    deadline = time.monotonic() + 15
-    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(_running(pid) for pid in workers)
+    try:
+        assert all(_running(pid) for pid in workers)
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_running(pid) for pid in workers)
+    finally:  # a failing run leaves no sleeper behind
+        if parent.poll() is None:
+            parent.kill()
+        for pid in filter(_running, workers):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_the_cpu_is_named_from_cpuinfo():
