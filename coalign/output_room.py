@@ -38,9 +38,10 @@ class Room:
         """A line for the console when some gold turn cannot be generated in full, else None."""
         if not self.tasks_over:
             return None
+        some = "1 task has" if self.tasks_over == 1 else f"{self.tasks_over} tasks have"
         return (
-            f"{name}: {self.tasks_over} tasks have a gold {self.role} turn longer than {setting} = {self.limit} "
-            f"tokens (the longest {self.longest}); the {self.role} cannot write them in full. Raise {setting}."
+            f"{name}: {some} a gold {self.role} turn longer than {setting} = {self.limit} tokens (the longest "
+            f"{self.longest}); the {self.role} cannot write it in full. Raise {setting}."
         )
 
 

@@ -38,11 +38,12 @@ def test_room_counts_the_tasks_a_limit_cuts_and_says_which_setting_to_raise():
     assert room(tasks, "planner", Words(), longest).tasks_over == 0
     cut = room(tasks, "planner", Words(), longest - 1)
     assert cut.tasks_over >= 1 and cut.longest == longest
-    assert cut.warning("heldin/x", "eval.max_new_tokens_plan") == (
-        f"heldin/x: {cut.tasks_over} tasks have a gold planner turn longer than eval.max_new_tokens_plan = "
-        f"{longest - 1} tokens (the longest {longest}); the planner cannot write them in full. "
-        "Raise eval.max_new_tokens_plan."
+    one = room([t for t in tasks if len(gold_outputs(t)[0][0].split()) == longest][:1], "planner", Words(), longest - 1)
+    assert one.warning("heldin/x", "eval.max_new_tokens_plan") == (
+        f"heldin/x: 1 task has a gold planner turn longer than eval.max_new_tokens_plan = {longest - 1} tokens "
+        f"(the longest {longest}); the planner cannot write it in full. Raise eval.max_new_tokens_plan."
     )
+    assert room(tasks, "planner", Words(), 0).warning("s", "x").startswith("s: 40 tasks have a gold planner turn")
     assert room(tasks, "planner", Words(), longest).warning("heldin/x", "eval.max_new_tokens_plan") is None
     fewer = room(tasks, "grounder", Words(), 3)
     assert fewer.tasks_over == sum(len(gold_outputs(t)[1][0].split()) > 3 for t in tasks)
