@@ -462,10 +462,8 @@ def moat_rounds(
     m = config.moat
     units = round_units(round_tasks(config, train), m.web_turns_per_task, config.seed)
     initial = grounder_data(config, train)
-    for role, path, setting in (("planner", planner, "plan"), ("grounder", grounder, "ground")):
-        tokenizer = load_tokenizer(path, config.models.trust_remote_code)
-        limit = getattr(m, f"max_new_tokens_{setting}")
-        check_room(console, "MOAT rounds", _tasks(units), role, tokenizer, limit, f"moat.max_new_tokens_{setting}")
+    tokenizers = tuple(load_tokenizer(path, config.models.trust_remote_code) for path in (planner, grounder))
+    check_room(console, "MOAT rounds", _tasks(units), tokenizers, m, "moat")
     for r in range(1, m.rounds + 1):
         candidates = sample_stage(run, r, config, planner, units)
         scores = score_stage(run, r, config, grounder, units, candidates)

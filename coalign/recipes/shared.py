@@ -23,7 +23,7 @@ from coalign.config import LoraSettings, RunConfig, config_changes, config_to_ya
 from coalign.errors import RunError
 from coalign.evaluate import evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.models import make_tiny_model
-from coalign.output_room import Room, room
+from coalign.output_room import room
 from coalign.pretraining.bases import starting_point
 from coalign.recipes.sft_data import grounder_data, planner_data, tokenizer_texts
 from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, value_digest, write_json, write_jsonl
@@ -153,12 +153,18 @@ def train_agent(
     return str(out)
 
 
-def check_room(console: Console, name: str, tasks: list[Task], role: str, tokenizer, limit: int, setting: str) -> Room:
-    """`output_room.room`, said on the console when a gold turn does not fit."""
-    fit = room(tasks, role, tokenizer, limit)
-    if line := fit.warning(name, setting):
-        console.print(f"[yellow]{line}[/yellow]")
-    return fit
+def check_room(console: Console, name: str, tasks: list[Task], tokenizers: tuple, limits, block: str) -> dict[str, int]:
+    """`output_room.room` for the planner and the grounder (`tokenizers`, in that order) under the limits of
+    `limits` (the `eval` or `moat` settings, named `block`), said on the console when a gold turn does not fit;
+    the number of tasks over each agent's limit."""
+    over = {}
+    for (role, setting), tokenizer in zip((("planner", "plan"), ("grounder", "ground")), tokenizers):
+        field = f"max_new_tokens_{setting}"
+        fit = room(tasks, role, tokenizer, getattr(limits, field))
+        if line := fit.warning(name, f"{block}.{field}"):
+            console.print(f"[yellow]{line}[/yellow]")
+        over[role] = fit.tasks_over
+    return over
 
 
 def evaluate_run(
@@ -181,15 +187,10 @@ def evaluate_run(
                 label = source_name(source)
                 tasks = load_split(run, config, [source], f"{split}/{label}", console)
                 console.print(f"[bold]{name}[/bold] {split}/{label}: {len(tasks)} tasks")
-                e = config.eval
-                fits = [
-                    check_room(console, f"{split}/{label}", tasks, "planner", planner.tokenizer,
-                               e.max_new_tokens_plan, "eval.max_new_tokens_plan"),
-                    check_room(console, f"{split}/{label}", tasks, "grounder", grounder.tokenizer,
-                               e.max_new_tokens_ground, "eval.max_new_tokens_ground"),
-                ]  # fmt: skip
-                metrics, rows = evaluate_tasks(planner, grounder, tasks, e, f"{split}/{label}")
-                metrics["gold_turns_too_long"] = {fit.role: fit.tasks_over for fit in fits}
+                tokenizers = (planner.tokenizer, grounder.tokenizer)
+                too_long = check_room(console, f"{split}/{label}", tasks, tokenizers, config.eval, "eval")
+                metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{label}")
+                metrics["gold_turns_too_long"] = too_long
                 write_jsonl(run.path(name, f"{split}-{label}.predictions.jsonl"), rows)
                 per_set[label], families[label] = metrics, set_family(tasks)
             results[split] = {
