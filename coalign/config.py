@@ -181,13 +181,6 @@ class MoatSettings(Settings):
 
     rounds: int = Field(2, ge=1)
     tasks: int | None = Field(None, ge=1, description="training tasks used per round (the first n); None = all")
-    composed_share: float = Field(
-        0.0,
-        ge=0,
-        le=1,
-        description="share of a round's `tasks` taken from the planner's composed stories (data.composed_stories; "
-        "the first of them), the rest from train; 0 = train only, as in the paper",
-    )
     k: int = Field(15, ge=1, description="subgoal candidates sampled per task")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(0.95, gt=0, le=1)
@@ -484,22 +477,6 @@ class RunConfig(Settings):
     def _has_data(self) -> "RunConfig":
         if self.recipe != "pilotrl" and self.data is None:
             raise ValueError(f"recipe '{self.recipe}' needs a 'data' section (its train, heldin and heldout sets)")
-        return self
-
-    @model_validator(mode="after")
-    def _stories_for_rounds(self) -> "RunConfig":
-        """Rounds that work on composed stories need a round size and that many stories."""
-        share = self.moat.composed_share
-        if not share or self.data is None:
-            return self
-        if self.moat.tasks is None:
-            raise ValueError("moat.composed_share needs moat.tasks: the share is of a round's tasks")
-        wanted = round(share * self.moat.tasks)
-        if wanted > self.data.composed_stories:
-            raise ValueError(
-                f"moat.composed_share {share} of moat.tasks {self.moat.tasks} takes {wanted} composed stories; "
-                f"data.composed_stories is {self.data.composed_stories}"
-            )
         return self
 
     @model_validator(mode="after")

@@ -63,28 +63,6 @@ def test_composed_stories_go_to_the_planner_only_and_are_validated(tmp_path):
     assert "data.composed_stories" in str(err.value) and "line 5" in str(err.value)
 
 
-def test_rounds_take_their_share_of_the_planners_composed_stories_and_the_rest_from_train(tmp_path):
-    from coalign.recipes.shared import round_tasks
-    from coalign.tasks.maths_suite import COMPOSED, generate_suite
-
-    train = generate_suite("train", 30)
-    settings = {"seed": 3, "data": {"composed_stories": 40}, "moat": {"tasks": 10, "composed_share": 0.3}}
-    assert round_tasks(load_config("tiny", settings), train) == train[:7] + generate_suite(COMPOSED, 40, seed=3)[:3]
-    settings["moat"]["composed_share"] = 1.0
-    assert round_tasks(load_config("tiny", settings), train) == generate_suite(COMPOSED, 10, seed=3)
-    for moat, wrong in (
-        ({"tasks": 400, "composed_share": 0.2}, "takes 80 composed stories; data.composed_stories is 40"),
-        ({"tasks": None, "composed_share": 0.2}, "moat.composed_share needs moat.tasks"),
-    ):
-        with pytest.raises(ConfigError, match=wrong):
-            load_config("tiny", {"data": {"composed_stories": 40}, "moat": moat})
-    path = tmp_path / "bad.yaml"
-    path.write_text("name: x\ndata:\n  train:\n    - {kind: suite, split: train, n: 4}\nmoat:\n  composed_share: 2\n")
-    with pytest.raises(ConfigError) as err:
-        load_config(path)
-    assert "moat.composed_share" in str(err.value) and "line 6" in str(err.value)
-
-
 def test_a_config_that_is_not_utf8_names_file_and_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_bytes(b"name: x\nrecipe: moat\nnote: caf\xe9\n")

@@ -51,14 +51,11 @@ def tokenizer_texts(task: Task) -> list[str]:
     return [lumos_generation_prompt(u) + c for u, c in (planner_pair(task), grounder_pair(task))]
 
 
-def composed_stories(config: RunConfig, n: int) -> list[Task]:
-    """The first `n` of the run's composed stories (the planner's, and the rounds' with `moat.composed_share`)."""
-    return generate_suite(COMPOSED, n, config.seed) if n else []
-
-
 def planner_data(config: RunConfig, train: list[Task]) -> list[Example]:
     """The planner's ground-truth SFT data: every training task's examples, then composed stories if set."""
-    stories = composed_stories(config, config.data.composed_stories)
+    stories = (
+        generate_suite(COMPOSED, config.data.composed_stories, config.seed) if config.data.composed_stories else []
+    )
     return [example for t in train + stories for example in planner_examples(t)]
 
 

@@ -25,7 +25,7 @@ from coalign.evaluate import evaluate_tasks, family_summaries, set_family, split
 from coalign.models import make_tiny_model
 from coalign.output_room import room
 from coalign.pretraining.bases import starting_point
-from coalign.recipes.sft_data import composed_stories, grounder_data, planner_data, tokenizer_texts
+from coalign.recipes.sft_data import grounder_data, planner_data, tokenizer_texts
 from coalign.runs import Run, atomic_dir, atomic_write_text, read_json, value_digest, write_json, write_jsonl
 from coalign.stages.sft import sft
 from coalign.tasks import Task
@@ -259,22 +259,13 @@ def cold_start(run: Run, config: RunConfig, train: list[Task], console: Console)
 
 
 def round_tasks(config: RunConfig, train: list[Task]) -> list[Task]:
-    """The training tasks a round works on: the first `moat.tasks` (all when unset), in train order; with
-    `moat.composed_share`, that share of them the first of the planner's composed stories, after train's.
+    """The training tasks a round works on: the first `moat.tasks` (all when unset), in train order.
 
     With several task families, each family's first tasks in proportion to its share of train (the
     remainder to the families first seen), so a mixed run's rounds are not all of the family listed first.
     """
-    m = config.moat
-    if m.tasks is None:
-        return train
-    stories = round(m.composed_share * m.tasks)
-    return _first_by_family(train, m.tasks - stories) + composed_stories(config, stories)
-
-
-def _first_by_family(train: list[Task], n: int) -> list[Task]:
-    """The first `n` training tasks, each family in proportion to its share of train."""
-    if n >= len(train):
+    n = config.moat.tasks
+    if not n or n >= len(train):
         return train
     counts = Counter(t.family for t in train)  # in order of first appearance
     quota = {family: n * c // len(train) for family, c in counts.items()}
