@@ -121,6 +121,11 @@ def load_tokenizer(path_or_id: str | Path, trust_remote_code: bool = False):
     return tokenizer
 
 
+def longest_in_tokens(tokenizer, texts: Iterable[str]) -> int:
+    """Tokens of the longest of `texts`, special tokens not added (0 for none): what a generation limit must hold."""
+    return max((len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts), default=0)
+
+
 def check_safetensors(path_or_id: str | Path) -> None:
     """RunError for a local folder without safetensors weights, naming any pickle weights it holds.
 

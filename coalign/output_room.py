@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from coalign.formats import format_actions, format_subgoals
 from coalign.formats_iterative import planner_turn
+from coalign.models import longest_in_tokens
 from coalign.tasks import Task
 
 
@@ -48,8 +49,5 @@ class Room:
 def room(tasks: Sequence[Task], role: str, tokenizer, limit: int) -> Room:
     """How the gold turns of `role` ("planner" or "grounder") fit in `limit` new tokens of `tokenizer`."""
     side = 0 if role == "planner" else 1
-    lengths = [
-        max((len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in gold_outputs(t)[side]), default=0)
-        for t in tasks
-    ]
+    lengths = [longest_in_tokens(tokenizer, gold_outputs(t)[side]) for t in tasks]
     return Room(role, limit, sum(n > limit for n in lengths), max(lengths, default=0))

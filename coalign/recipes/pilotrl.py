@@ -28,7 +28,7 @@ from coalign.expert import LLMPlans, expert_conversation
 from coalign.formats import lumos_chat
 from coalign.grpo_stages import STAGES
 from coalign.pretraining.bases import starting_point
-from coalign.models import adapter_base, is_adapter, load_tokenizer, make_tiny_model
+from coalign.models import adapter_base, is_adapter, load_tokenizer, longest_in_tokens, make_tiny_model
 from coalign.recipes.shared import prepare_run, training_settings
 from coalign.rewards import first_plan_correct, llm_judge
 from coalign.rollout import RolloutSpec, prompt_rows
@@ -279,7 +279,7 @@ def longest_turn(tokenizer, conversations: list[list[dict]]) -> int:
     """Tokens of the longest model turn (its end-of-turn token included) in the training episodes."""
     eos = tokenizer.eos_token or ""
     turns = (m["content"] + eos for messages in conversations for m in messages if m["role"] == "assistant")
-    return max((len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in turns), default=0)
+    return longest_in_tokens(tokenizer, turns)
 
 
 def evaluate_all(
