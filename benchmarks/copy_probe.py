@@ -15,8 +15,8 @@ import random
 
 import torch
 
-from coalign.models import load_model, load_tokenizer
-from coalign.pretraining.bases import starting_point
+from coalign.models.load import load_model, load_tokenizer
+from coalign.models.bases import starting_point
 from coalign.pretraining.words import invented
 
 

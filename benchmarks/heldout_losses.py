@@ -14,11 +14,11 @@ from pathlib import Path
 from datasets import load_from_disk
 from trl import SFTTrainer
 
-from coalign.models import load_model, load_tokenizer
-from coalign.pretraining.bases import starting_point
+from coalign.models.load import load_model, load_tokenizer
+from coalign.models.bases import starting_point
 from coalign.pretraining.pretrain import HELD_OUT, trainer_args
 from coalign.pretraining.settings import load_pretrain_config
-from coalign.stages.training import quiet_transformers
+from coalign.training.common import quiet_transformers
 
 
 def heldout_losses(run: Path, model_path: str) -> dict[str, float]:

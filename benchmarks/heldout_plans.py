@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from coalign.config import load_config
-from coalign.formats import FormatError, parse_subgoals
+from coalign.formats.lumos import FormatError, parse_subgoals
 from coalign.tasks.sources import load_sources, source_name
 
 WORD = re.compile(r"[A-Za-z]+")

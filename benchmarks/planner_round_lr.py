@@ -17,10 +17,10 @@ import json
 from rich.console import Console
 
 from coalign.config import load_config
-from coalign.recipes.lumos import planner_round_data
-from coalign.recipes.shared import evaluate_run, load_split, round_tasks, train_agent
-from coalign.recipes.units import round_units
-from coalign.runs import Run, read_json
+from coalign.moat.baseline import planner_round_data
+from coalign.moat.cold_start import evaluate_run, load_split, round_tasks, train_agent
+from coalign.moat.units import round_units
+from coalign.core.runs import Run, read_json
 
 
 def main() -> None:

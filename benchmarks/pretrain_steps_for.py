@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from coalign.models import load_model
-from coalign.pretraining.bases import finished_base
+from coalign.models.load import load_model
+from coalign.models.bases import finished_base
 from coalign.pretraining.growth import grow_depth
 from coalign.pretraining.settings import load_pretrain_config
 

@@ -17,10 +17,10 @@ import time
 
 import torch
 
-from coalign.adaplan import expert_guide, run_episodes
+from coalign.pilotrl.runtime import expert_guide, run_episodes
 from coalign.config import load_config
-from coalign.models import load_model, load_tokenizer
-from coalign.rewards import adherence_score
+from coalign.models.load import load_model, load_tokenizer
+from coalign.pilotrl.rewards import adherence_score
 
 
 def main() -> None:

@@ -29,13 +29,13 @@ from unittest import mock
 
 import torch
 
-from coalign.adaplan import run_episodes
+from coalign.pilotrl.runtime import run_episodes
 from coalign.config import load_config
 from coalign.envs import HELDIN, HELDOUT
-from coalign.formats import lumos_chat
-from coalign.models import load_model, load_tokenizer, make_tiny_model
-from coalign.recipes.pilotrl import training_episodes
-from coalign.turn_writers import hf_turns
+from coalign.formats.lumos import lumos_chat
+from coalign.models.load import load_model, load_tokenizer, make_tiny_model
+from coalign.pilotrl.recipe import training_episodes
+from coalign.models.turn_writers import hf_turns
 
 
 class ForwardClock:
@@ -127,7 +127,9 @@ def main() -> None:
         if args.reread or args.cache:
             reread = {b: measure(model, tokenizer, tasks, b, args, keep_cache=False) for b in sizes}
         if args.cache:
-            with mock.patch("coalign.turn_writers.turn_cache", lambda model, rows, length: {}):  # generate's default
+            with mock.patch(
+                "coalign.models.turn_writers.turn_cache", lambda model, rows, length: {}
+            ):  # generate's default
                 growing = {b: measure(model, tokenizer, tasks, b, args, keep_cache=False) for b in sizes if b > 1}
     print(f"{'batch':>5} {'gen tok/s':>10} {'generated':>10} {'processed':>10} {'episodes/s':>10} {'wall s':>8} "
           f"{'prefill s':>9} {'decode s':>8}")  # fmt: skip

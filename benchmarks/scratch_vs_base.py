@@ -15,7 +15,9 @@ import argparse
 import json
 from pathlib import Path
 
-from coalign.bench_report import _table, fmt, paired_diff, paired_t, rounds_of, t_bars
+from coalign.reports.tables import pipe_table
+from coalign.reports.stats import fmt, paired_diff, paired_t, t_bars
+from coalign.moat.report import rounds_of
 
 MEASURES = {
     "end to end": "accuracy",
@@ -64,7 +66,7 @@ def comparison(scratch: dict, base: dict) -> str:
                 for sc, bc in zip(cells["scratch"], cells["base"])
             ]
             rows.append([f"base − scratch, {when}, {label} (t)", *(f"{fmt(d)} ({paired_t(d)})" for d in diffs)])
-    table = _table(["seeds " + ", ".join(seeds), *(d for _, d in columns)], rows)
+    table = pipe_table(["seeds " + ", ".join(seeds), *(d for _, d in columns)], rows)
     bars = t_bars([len(seeds)])
     return f"{table}\n\n{bars}" if bars else table
 

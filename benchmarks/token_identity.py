@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 
 from coalign.config import load_config
-from coalign.models import load_tokenizer
-from coalign.pretraining.bases import starting_point
-from coalign.recipes.pilotrl import training_episodes
+from coalign.models.load import load_tokenizer
+from coalign.models.bases import starting_point
+from coalign.pilotrl.recipe import training_episodes
 
 
 def copied_actions(episodes: list[dict]) -> list[tuple[str, int, int, int]]:

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 from coalign.config import SFTSettings, TinySpec
-from coalign.formats import lumos_generation_prompt
-from coalign.models import make_tiny_model
-from coalign.parallel import Job, run_jobs
-from coalign.recipes.sft_data import grounder_pair
-from coalign.stages.sft import sft
+from coalign.formats.lumos import lumos_generation_prompt
+from coalign.models.load import make_tiny_model
+from coalign.core.parallel import Job, run_jobs
+from coalign.moat.sft_data import grounder_pair
+from coalign.training.sft import sft
 from coalign.tasks.maths_suite import generate_suite
 
 

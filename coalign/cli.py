@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from coalign.config import ConfigError, load_config
-from coalign.console import make_console
-from coalign.errors import DataError, RunError
+from coalign.config import ConfigError
+from coalign.core.console import make_console
+from coalign.core.errors import DataError, RunError
 
 app = typer.Typer(help="Train teams of LLM agents to work together (MOAT).", no_args_is_help=True)
 data_app = typer.Typer(help="Make and check task data.", no_args_is_help=True)
@@ -78,6 +78,8 @@ def _config(name: str, sets: list[str], skip_bad_rows: bool = False):
     overrides = _overrides(sets)
     if skip_bad_rows:
         overrides.setdefault("data", {})["skip_bad_rows"] = True
+    from coalign.registry import load_config
+
     try:
         return load_config(name, overrides)
     except (ConfigError, DataError) as err:
@@ -85,7 +87,7 @@ def _config(name: str, sets: list[str], skip_bad_rows: bool = False):
 
 
 def _show(results: dict) -> None:
-    from coalign.report import eval_table, style_table
+    from coalign.reports.tables import eval_table, style_table
 
     console.print(eval_table(results))
     console.print(style_table(results))
@@ -99,22 +101,22 @@ def train(
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """Run the config's recipe (`recipe_registry`): `lumos` (independent SFT, the baseline) or `moat` (cold start
-    + MOAT rounds)."""
-    from coalign.recipe_registry import load, recipe
+    """Run the config's recipe: `lumos` (the baseline: independent SFT of planner and grounder), `moat` (that
+    cold start, then MOAT rounds) or `pilotrl` (SFT, then GRPO stages)."""
+    from coalign.registry import recipe
 
     cfg = _config(config, set_, skip_bad_rows)
     started, entry = time.time(), recipe(cfg.recipe)
     try:
-        results = load(entry.run)(cfg, run_dir or Path("runs") / cfg.name, console, force)
+        results = entry.run(cfg, run_dir or Path("runs") / cfg.name, console, force)
     except (DataError, RunError) as err:
         raise _fail(err) from None
     if entry.show:
         from rich.markdown import Markdown
 
-        console.print(Markdown(load(entry.show)(results)))
+        console.print(Markdown(entry.show(results)))
     elif entry.history:
-        from coalign.report import eval_table
+        from coalign.reports.tables import eval_table
 
         for name, round_results in results.items():
             console.print(eval_table(round_results, title=f"{cfg.recipe.upper()} {name}: evaluation (%)"))
@@ -135,7 +137,7 @@ def pretrain(
 ) -> None:
     """Pretrain a small base model on the generated corpus, in resumable sittings; the finished model is
     `RUN_DIR/base`, loadable by path (or by name once shipped)."""
-    from coalign.pretraining.bases import ship_base
+    from coalign.models.bases import ship_base
     from coalign.pretraining.pretrain import pretrain as run_pretrain
     from coalign.pretraining.settings import load_pretrain_config
 
@@ -156,7 +158,7 @@ def pretrain(
 
 def _checkpoint(given: str | None) -> str | None:
     """A model to evaluate as given, with a shipped base's name read as its folder (not a hub id)."""
-    from coalign.pretraining.bases import SCRATCH, starting_point
+    from coalign.models.bases import SCRATCH, starting_point
 
     if given in SCRATCH:
         raise RunError(f"{given}: a from-scratch model exists only inside a run; give a checkpoint or a base")
@@ -176,8 +178,9 @@ def eval_(
 ) -> None:
     """Planner -> grounder -> executor on the config's held-in and held-out sets; for a pilotrl config, the
     agent on every environment at each plan-update interval."""
-    from coalign.recipe_registry import load, recipe
-    from coalign.recipes.shared import evaluate_run, prepare_run
+    from coalign.moat.cold_start import evaluate_run
+    from coalign.registry import recipe
+    from coalign.training.setup import prepare_run
 
     cfg = _config(config, set_, skip_bad_rows)
     try:
@@ -187,12 +190,12 @@ def eval_(
     entry = recipe(cfg.recipe)
     if entry.evaluate:
         try:
-            results = load(entry.evaluate)(cfg, run_dir or Path("runs") / cfg.name, model, console, force)
+            results = entry.evaluate(cfg, run_dir or Path("runs") / cfg.name, model, console, force)
         except (DataError, RunError, OSError) as err:
             raise _fail(err) from None
         from rich.markdown import Markdown
 
-        console.print(Markdown(load(entry.show)(results)))
+        console.print(Markdown(entry.show(results)))
         return
     if not cfg.data.heldin and not cfg.data.heldout:
         raise _fail(RunError(f"{config}: nothing to evaluate; add sets under data.heldin or data.heldout"))
@@ -255,8 +258,8 @@ def _bench(
 ):
     from rich.markdown import Markdown
 
-    from coalign import ranks
-    from coalign.recipe_registry import bench_names, load, recipe
+    from coalign.core import ranks
+    from coalign.registry import recipe
 
     if ranks.world_size() > 1:
         raise _fail(
@@ -267,17 +270,12 @@ def _bench(
         )
     cfg = _config(config, sets, skip_bad_rows)
     entry, started = recipe(cfg.recipe), time.time()
-    recipes = recipes or list(bench_names(cfg.recipe))
-    if entry.bench:
-        runner, report = load(entry.bench), load(entry.report)
-    else:
-        from coalign.bench import run_bench as runner
-        from coalign.bench_report import report_markdown as report
+    recipes = recipes or list(entry.bench_variants)
     try:
-        results = runner(cfg, run_dir, seeds, recipes, workers or _default_workers(), console, name, force)
+        results = entry.bench(cfg, run_dir, seeds, recipes, workers or _default_workers(), console, name, force)
     except (DataError, RunError, ValueError) as err:
         raise _fail(err) from None
-    console.print(Markdown(report(results)))
+    console.print(Markdown(entry.report(results)))
     console.print(f"wall time {time.time() - started:.0f} s")
 
 
@@ -322,10 +320,9 @@ def report(
     machines, each with its own --name): their runs merged, every table over all their seeds."""
     from rich.markdown import Markdown
 
-    from coalign.bench_merge import merge_results
-    from coalign.bench_report import report_markdown, write_report
-    from coalign.recipe_registry import load, recipe
-    from coalign.runs import atomic_write_text, write_json
+    from coalign.core.runs import write_json
+    from coalign.registry import recipe
+    from coalign.reports.merge import merge_results
 
     parts = []
     for path in results:
@@ -338,7 +335,7 @@ def report(
     try:  # everything is read and rendered before anything is written
         merged = merge_results(parts)
         entry = recipe(merged["config"]["recipe"])
-        text = (load(entry.report) if entry.bench else report_markdown)(merged)
+        text = entry.report(merged)
     except (AttributeError, KeyError, TypeError, ValueError) as err:
         raise _fail(RunError(f"coalign report: {type(err).__name__}: {err}")) from None
     prefix = f"{name}-" if name else ""
@@ -346,10 +343,7 @@ def report(
     if target.exists() and _merged_from(target) != merged["merged_from"]:
         raise _fail(RunError(f"{target} exists and is not a merge of these files: give another --name or --out"))
     write_json(target, merged)
-    if entry.bench:  # a bench of its own (PilotRL): its curves are read from run folders, not results
-        atomic_write_text(out / f"{prefix}report.md", text + "\n")
-    else:
-        write_report(merged, out, prefix)
+    entry.write_report(merged, out, prefix)
     console.print(Markdown(text))
     console.print(f"[bold]report[/bold] of seeds {', '.join(map(str, merged['seeds']))} in {out}")
 
@@ -420,7 +414,7 @@ def data_suite(
     family: FamilyOpt = "maths",
 ) -> None:
     """Write a bundled suite's splits as tasks JSONL and Lumos planner/grounder rows."""
-    from coalign.runs import write_jsonl
+    from coalign.core.runs import write_jsonl
     from coalign.tasks.lumos import save_lumos_rows, task_to_rows
 
     generate = _suite(family)
@@ -466,8 +460,8 @@ def data_fetch(
     """Download data into the files the paper configs read, record where each came from and its sha256
     (OUT/fetch.json), and check it: Lumos's sets are read back with coalign's loader, the evaluation sets must be
     byte for byte their public originals."""
-    from coalign.data_fetch import LUMOS_SETS, FetchError, fetch_lumos
-    from coalign.eval_sets import EVAL_SETS, fetch_eval_sets
+    from coalign.tasks.fetch import LUMOS_SETS, FetchError, fetch_lumos
+    from coalign.tasks.eval_sets import EVAL_SETS, fetch_eval_sets
 
     known = {"lumos": LUMOS_SETS, "eval": EVAL_SETS}
     if source not in known:
@@ -499,7 +493,7 @@ def data_check_gold(
     seed: Annotated[int, typer.Option(help="suite: generator seed")] = 0,
 ) -> None:
     """Execute the gold actions and report how often they reproduce the gold answer (by its benchmark's rule)."""
-    from coalign.errors import SkippedRows
+    from coalign.core.errors import SkippedRows
     from coalign.tasks.gold import gold_execution_report
     from coalign.tasks.gsm8k import load_gsm8k
     from coalign.tasks.sources import report_skipped

@@ -6,21 +6,23 @@ names the file, the line and the key instead of a silently ignored setting.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from coalign.critic_options import (
+from coalign.core.endpoint_options import (
     PLANNER_OPTIONS,
     SECRET_OPTIONS,
     check_critic_options,
     check_judge_options,
     split_endpoint_options,
 )
-from coalign.recipe_registry import RECIPES
+from coalign.core.runs import value_changes
 
 
 class Settings(BaseModel):
@@ -230,8 +232,59 @@ class MoatSettings(Settings):
         return self
 
 
+# PilotRL's GRPO stages: what each one runs, trains and rewards (the paper's progressive curriculum); the
+# names a `pilotrl.rl.order` may list.
+# 1. executor: the expert writes the plan blocks; the model learns to act by them (its thought and action
+#    tokens train; the given plan is context). Rewards: format + adherence + end-to-end.
+# 2. planner: the model writes its plans; among a task's rollouts the group-relative advantage prefers
+#    the plans that worked (its plan tokens train; its actions, already learnt in stage 1, are context).
+#    Rewards: format + end-to-end + plan quality.
+# 3. joint: plans and actions train together. Rewards: format + end-to-end.
+# The ablations: "all" (one stage, every reward, plan and action tokens) and "vanilla" (Vanilla RL: ReAct,
+# no plan, format + end-to-end). Isolated planner and executor (the paper's unified-vs-isolated comparison):
+# "executor", then "planner_isolated", which trains a second model from the cold start to write the plan
+# blocks while the first stage's executor, fixed, writes the rest of each turn; evaluation runs the two
+# together. Orders are lists of these names (`GRPOSettings.order`).
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    label: str  # the paper's name for it
+    mode: str  # adaplan or react
+    guided: bool  # the expert writes the plan blocks
+    train: str  # the generated tokens that train: all, plan or action (`rollout.TRAINS`)
+    rewards: tuple[str, ...]
+    epochs: float  # the paper's: 1 / 2 / 1; the one-stage ablations get the three stages' 4
+    separate: bool = False  # a second model (from the cold start) beside the previous stage's, fixed
+
+
+STAGES = {
+    "executor": Stage("executor", "1", "adaplan", True, "action", ("format", "adherence", "end_to_end"), 1.0),
+    "planner": Stage("planner", "2", "adaplan", False, "plan", ("format", "end_to_end", "plan_quality"), 2.0),
+    "joint": Stage("joint", "3", "adaplan", False, "all", ("format", "end_to_end"), 1.0),
+    "all": Stage("all", "1&2&3", "adaplan", False, "all", ("format", "adherence", "end_to_end", "plan_quality"), 4.0),
+    "vanilla": Stage("vanilla", "Vanilla RL", "react", False, "all", ("format", "end_to_end"), 4.0),
+    "planner_isolated": Stage(
+        "planner_isolated",
+        "2 (isolated)",
+        "adaplan",
+        False,
+        "plan",
+        ("format", "end_to_end", "plan_quality"),
+        2.0,
+        separate=True,
+    ),
+}
+
+
+def order_label(order: list[str]) -> str:
+    """An order as the paper writes it: 1->2->3, 1&2&3, Vanilla RL."""
+    return "->".join(STAGES[name].label for name in order)
+
+
 class GRPOSettings(Settings):
-    """PilotRL's GRPO stages (`grpo_stages.STAGES`), run in `order` from the SFT checkpoint. Defaults are
+    """PilotRL's GRPO stages (`STAGES`), run in `order` from the SFT checkpoint. Defaults are
     the paper's (lr 1e-6, 16 rollouts per task, no KL, clip 0.2; epochs are each stage's own, 1 / 2 / 1)."""
 
     order: list[str] = Field(["executor", "planner", "joint"], min_length=1, description="stages, in turn")
@@ -242,7 +295,7 @@ class GRPOSettings(Settings):
     )
     grad_accum: int = Field(16, ge=1)
     learning_rate: float = Field(1e-6, gt=0)
-    epochs: dict[str, float] = Field({}, description="per stage, over the stage's own (grpo_stages.STAGES)")
+    epochs: dict[str, float] = Field({}, description="per stage, over the stage's own (STAGES)")
     beta: float = Field(0.0, ge=0, description="KL coefficient (the paper: none)")
     epsilon: float = Field(0.2, gt=0, description="PPO clip")
     temperature: float = Field(1.0, gt=0)
@@ -273,8 +326,6 @@ class GRPOSettings(Settings):
 
     @model_validator(mode="after")
     def _check(self) -> "GRPOSettings":
-        from coalign.grpo_stages import STAGES
-
         unknown = [name for name in [*self.order, *self.epochs] if name not in STAGES]
         if unknown:
             raise ValueError(f"unknown GRPO stage {unknown[0]!r}; the stages are {', '.join(STAGES)}")
@@ -328,8 +379,6 @@ class PilotRLSettings(Settings):
         if self.plan_llm:
             split_endpoint_options(self.plan_llm, "plan_llm", PLANNER_OPTIONS)
         if self.rl:
-            from coalign.grpo_stages import STAGES
-
             other = [name for name in self.rl.order if STAGES[name].mode != self.mode]
             if other:
                 mode = STAGES[other[0]].mode
@@ -455,7 +504,7 @@ class GenerationSettings(Settings):
 
 class RunConfig(Settings):
     name: str
-    recipe: str = Field("lumos", description="a recipe of `recipe_registry.REGISTRY`: lumos, moat, pilotrl")
+    recipe: str = Field("lumos", description="a recipe of `registry.REGISTRY`: lumos, moat, pilotrl")
     seed: int = 0
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default = all cores")
     data: DataSettings | None = Field(None, description="task sets of the lumos and moat recipes")
@@ -493,9 +542,11 @@ class RunConfig(Settings):
 
     @field_validator("recipe")
     @classmethod
-    def _known_recipe(cls, name: str) -> str:
-        if name not in RECIPES:
-            raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
+    def _known_recipe(cls, name: str, info: ValidationInfo) -> str:
+        """Checked against the recipes the loader names (`registry.load_config`), which sit above the config."""
+        known = (info.context or {}).get("recipes")
+        if known is not None and name not in known:
+            raise ValueError(f"unknown recipe {name!r}; known: {', '.join(known)}")
         return name
 
 
@@ -542,12 +593,16 @@ def _line_of(node: yaml.Node, loc: tuple) -> int | None:
     return line
 
 
-def load_config(name_or_path: str | Path, overrides: dict | None = None) -> RunConfig:
-    """Read and validate a run config; `overrides` (nested dict) are applied on top."""
-    return load_settings(resolve_config_path(name_or_path), RunConfig, overrides)
+def load_config(
+    name_or_path: str | Path, overrides: dict | None = None, recipes: Sequence[str] | None = None
+) -> RunConfig:
+    """Read and validate a run config; `overrides` (nested dict) are applied on top; `recipes`, when given,
+    the recipe names it may use."""
+    context = None if recipes is None else {"recipes": tuple(recipes)}
+    return load_settings(resolve_config_path(name_or_path), RunConfig, overrides, context)
 
 
-def load_settings(path: Path, model: type[Settings], overrides: dict | None = None):
+def load_settings(path: Path, model: type[Settings], overrides: dict | None = None, context: dict | None = None):
     """Read the YAML at `path` into `model`; an invalid field is a ConfigError naming the file, line and key."""
     text = _read_text(path)
     try:
@@ -560,7 +615,7 @@ def load_settings(path: Path, model: type[Settings], overrides: dict | None = No
         raise ConfigError(f"{path}, line 1: a config is a mapping of keys, got {type(raw).__name__}")
     data = _merge(raw, overrides or {})
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as err:
         lines = []
         for e in err.errors():
@@ -598,22 +653,6 @@ def config_to_yaml(config: RunConfig) -> str:
     `generation` key, so runs saved before they existed resume."""
     unset = {name for name in ("lora", "generation") if getattr(config, name) is None}
     return yaml.safe_dump(config.model_dump(mode="json", exclude=unset or None), sort_keys=False)
-
-
-UNSET = "<unset>"
-
-
-def value_changes(old, new, key: str = "") -> list[tuple[str, object, object]]:
-    """Where two JSON-like values differ: `(dotted.key, old, new)` per changed value, list items by index
-    (`data.heldin[0].n`), `<unset>` for a key only one side has."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        keys = [*old, *(k for k in new if k not in old)]
-        return [
-            c for k in keys for c in value_changes(old.get(k, UNSET), new.get(k, UNSET), f"{key}.{k}" if key else k)
-        ]
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [c for i, (a, b) in enumerate(zip(old, new)) for c in value_changes(a, b, f"{key}[{i}]")]
-    return [] if old == new else [(key or "(top level)", old, new)]
 
 
 def config_changes(old_yaml: str, new_yaml: str) -> list[str]:

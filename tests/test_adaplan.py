@@ -9,17 +9,12 @@ import re
 import pytest
 
 from coalign import envs
-from coalign.adaplan import run_episodes
-from coalign.expert import candidate_plans, expert_conversation, follow_plan, plan_quality, select_plan
-from coalign.formats import FormatError, lumos_chat
-from coalign.formats_adaplan import (
-    format_turn,
-    parse_turn,
-    plan_due,
-    update_plan,
-)
-from coalign.formats_iterative import chat_prompt
-from coalign.token_turns import encode, segments
+from coalign.pilotrl.runtime import run_episodes
+from coalign.pilotrl.expert import candidate_plans, expert_conversation, follow_plan, plan_quality, select_plan
+from coalign.formats.lumos import FormatError, lumos_chat
+from coalign.formats.adaplan import format_turn, parse_turn, plan_due, update_plan
+from coalign.formats.lumos_iterative import chat_prompt
+from coalign.models.turns import encode, segments
 from tests.toy_env import ScriptedModel, ToyEnv, expert_conversation_unregistered, toy_tokenizer
 
 
@@ -231,7 +226,7 @@ def test_an_episode_stops_when_its_context_is_full(tokenizer):
 
 def _tiny_model(tmp_path):
     from coalign.config import TinySpec
-    from coalign.models import load_model, load_tokenizer, make_tiny_model
+    from coalign.models.load import load_model, load_tokenizer, make_tiny_model
 
     spec = TinySpec(**{"vocab_size": 300, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
             "intermediate_size": 64, "max_positions": 512})  # fmt: skip
@@ -245,14 +240,14 @@ def test_the_static_turn_cache_generates_what_the_default_cache_does(tmp_path):
     `generate`'s default cache, over a left-padded batch of different lengths (the runtime's case)."""
     from unittest import mock
 
-    from coalign.turn_writers import generate_turns, turn_cache
+    from coalign.models.turn_writers import generate_turns, turn_cache
 
     model, tokenizer = _tiny_model(tmp_path)
     rng = random.Random(0)
     batch = [[rng.randrange(4, len(tokenizer)) for _ in range(n)] for n in (40, 7, 23, 40, 1)]
     assert type(turn_cache(model, 5, 60)["cache"]).__name__ == "StaticCache" and turn_cache(model, 1, 60) == {}
     static = generate_turns(model, tokenizer, batch, 20, 0.0, 1.0)
-    with mock.patch("coalign.turn_writers.turn_cache", lambda model, rows, length: {}):
+    with mock.patch("coalign.models.turn_writers.turn_cache", lambda model, rows, length: {}):
         default = generate_turns(model, tokenizer, batch, 20, 0.0, 1.0)
     assert static == default and all(len(row) > 0 for row in static)
 
@@ -262,7 +257,7 @@ def test_a_kept_cache_writes_the_episodes_that_rereading_does(tmp_path, max_byte
     """Episodes run with each one's key/value cache kept across turns are, greedily, the episodes run by
     re-reading every context, batched or not, with every cache kept or (max_bytes 1) all but one dropped; the
     kept caches spare most of the context from prefill."""
-    from coalign.turn_writers import PrefixCachedWriter, hf_turns
+    from coalign.models.turn_writers import PrefixCachedWriter, hf_turns
 
     model, tokenizer = _tiny_model(tmp_path)
     tasks = [("toy", seed) for seed in range(3)]  # three targets: no two episodes alike
@@ -295,7 +290,7 @@ def test_only_models_with_full_attention_caches_keep_them():
 
     from transformers import LlamaConfig, MistralConfig
 
-    from coalign.turn_writers import supports
+    from coalign.models.turn_writers import supports
 
     assert supports(SimpleNamespace(config=LlamaConfig(num_hidden_layers=2)))
     assert not supports(SimpleNamespace(config=MistralConfig(num_hidden_layers=2, sliding_window=16)))
@@ -307,6 +302,6 @@ def test_the_static_turn_cache_is_for_batches_on_the_cpu_only():
 
     import torch
 
-    from coalign.turn_writers import turn_cache
+    from coalign.models.turn_writers import turn_cache
 
     assert turn_cache(SimpleNamespace(device=torch.device("cuda", 0)), 8, 100) == {}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coalign.errors import DataError, SkippedRows
+from coalign.core.errors import DataError, SkippedRows
 from coalign.tasks.agentgym import Trajectory, load_agentgym
 
 ITEM = {

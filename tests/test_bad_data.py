@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coalign.config import DataSource
-from coalign.errors import DataError, SkippedRows
+from coalign.core.errors import DataError, SkippedRows
 from coalign.tasks import Task
 from coalign.tasks.gsm8k import load_gsm8k
 from coalign.tasks.lumos import load_lumos_tasks, task_to_rows

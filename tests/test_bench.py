@@ -12,22 +12,19 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from coalign.bench import recipe_config, run_bench
-from coalign.bench_report import (
+from coalign.moat.bench import recipe_config, run_bench
+from coalign.moat.report import (
     accuracy_table,
     comparisons,
-    fmt,
     paired_columns_table,
     paired_table,
     premise_table,
     report_markdown,
-    t_bars,
-    t_critical,
-    t_two_sided_p,
 )
+from coalign.reports.stats import fmt, t_bars, t_critical, t_two_sided_p
 from coalign.config import load_config
-from coalign.console import make_console
-from coalign.parallel import Job, latest_line, run_jobs
+from coalign.core.console import make_console
+from coalign.core.parallel import Job, latest_line, run_jobs
 from tests.jobs import boom, echo
 from tests.test_moat import MOAT
 
@@ -130,7 +127,7 @@ def test_invocations_of_one_bench_merge_into_its_report(bench, tmp_path):
     """Seeds run one per invocation (`--name`) give, merged by `coalign report`, the report of all seeds."""
     from typer.testing import CliRunner
 
-    from coalign.bench_merge import merge_results
+    from coalign.reports.merge import merge_results
     from coalign.cli import app
 
     _, results = bench
@@ -323,7 +320,7 @@ def test_workers_stop_when_the_parent_is_killed(tmp_path: Path):
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from coalign.parallel import Job, run_jobs\n"
+        "from coalign.core.parallel import Job, run_jobs\n"
         "from tests.jobs import sleep_after_writing_pid\n"
         "if __name__ == '__main__':\n"
         "    d = Path(sys.argv[1])\n"
@@ -355,7 +352,7 @@ def test_workers_stop_when_the_parent_is_killed(tmp_path: Path):
 
 
 def test_the_cpu_is_named_from_cpuinfo():
-    from coalign.machine import cpu_name
+    from coalign.core.machine import cpu_name
 
     text = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu\n"
     assert cpu_name(text) == "Intel(R) Xeon(R) Processor"

@@ -140,7 +140,7 @@ def test_eval_of_a_missing_run_folder_is_a_clear_error(tmp_path):
 
 def test_eval_reads_a_shipped_base_name_as_its_folder_not_a_hub_id(tmp_path):
     from coalign.cli import _checkpoint
-    from coalign.pretraining.bases import base_path, shipped_bases
+    from coalign.models.bases import base_path, shipped_bases
 
     name = shipped_bases()[0]
     assert _checkpoint(name) == str(base_path(name))

@@ -47,7 +47,7 @@ def test_wrong_type_names_field(tmp_path):
 
 
 def test_composed_stories_go_to_the_planner_only_and_are_validated(tmp_path):
-    from coalign.recipes.sft_data import grounder_data, planner_data, planner_examples
+    from coalign.moat.sft_data import grounder_data, planner_data, planner_examples
     from coalign.tasks.maths_suite import COMPOSED, generate_suite
 
     train = generate_suite("train", 30)
@@ -113,8 +113,8 @@ def test_config_changes_name_dotted_keys_with_old_and_new_values():
 
 def test_resume_with_a_changed_config_is_refused_unless_forced(tmp_path):
     from coalign.config import config_to_yaml
-    from coalign.recipes.shared import record_config
-    from coalign.runs import Run
+    from coalign.training.setup import record_config
+    from coalign.core.runs import Run
 
     run = Run(tmp_path)
     first = load_config("tiny")
@@ -185,7 +185,7 @@ def test_llm_critic_options_that_fit_are_accepted():
 
 
 def test_recipe_names_come_from_the_registry():
-    from coalign.recipe_registry import REGISTRY
+    from coalign.registry import REGISTRY, load_config
 
     for name in REGISTRY:
         assert load_config("tiny", {"recipe": name}).recipe == name

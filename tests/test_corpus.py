@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from coalign.errors import DataError
+from coalign.core.errors import DataError
 from coalign.pretraining.corpus import DEFAULT_MIX, CorpusSettings, build_corpus, gsm8k_documents, text_sha256
 from coalign.pretraining.generators import KINDS, backward_story, story
 
@@ -126,7 +126,7 @@ def test_backward_stories_undo_each_event_to_reach_the_start() -> None:
     """A worked backward solution undoes the events last first, each annotation right, and redoing the events
     from its answer gives the stated end; a planner turn's first subgoal starts from that end and each later
     one from the result before it."""
-    from coalign.formats import parse_subgoals
+    from coalign.formats.lumos import parse_subgoals
 
     kinds = set()
     for seed in range(300):

@@ -11,22 +11,22 @@ from pathlib import Path
 import pytest
 
 from coalign.config import RunConfig, load_config
-from coalign.critic_options import CriticBudget, OpenAIOptions
-from coalign.errors import RunError
-from coalign.recipes.moat import critic_stage
-from coalign.runs import Run
-from coalign.stages.critic import (
+from coalign.core.endpoint_options import CriticBudget, OpenAIOptions
+from coalign.core.errors import RunError
+from coalign.moat.recipe import critic_stage
+from coalign.core.runs import Run
+from coalign.moat.critic import (
     CriticInput,
     ExecutionCritic,
     LLMCritic,
     NoCritic,
     Verdict,
-    OpenAIChat,
     make_critic,
     parse_verdict,
     reindex,
     verdict_counts,
 )
+from coalign.models.endpoint import OpenAIChat
 from coalign.tasks import Task
 from coalign.tools.executor import execute
 from tests.fault_server import KEY, Reply, Server

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from coalign.config import DPOSettings, TinySpec
-from coalign.formats import lumos_generation_prompt, planner_prompt
-from coalign.models import load_model, load_tokenizer, make_tiny_model, render_prompt
-from coalign.stages.dpo import dpo
+from coalign.formats.lumos import lumos_generation_prompt, planner_prompt
+from coalign.models.load import load_model, load_tokenizer, make_tiny_model, render_prompt
+from coalign.training.dpo import dpo
 
 SPEC = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 TRIPLES = [

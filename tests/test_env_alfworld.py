@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coalign.envs.alfworld import AlfworldEnv, start_textworld_game
-from coalign.errors import RunError
+from coalign.core.errors import RunError
 
 SOLUTION = ["go to countertop 1", "take apple 1 from countertop 1", "go to fridge 1", "move apple 1 to fridge 1"]
 BANNER = "-= Welcome to TextWorld, ALFRED! =-\n\n"

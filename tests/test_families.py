@@ -7,15 +7,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from coalign import evaluate
-from coalign.bench_report import accuracy_table, per_round_table, ppl_table, premise_table, write_report
+from coalign.moat import evaluate
+from coalign.moat.report import accuracy_table, per_round_table, ppl_table, premise_table, write_report
 from coalign.config import EvalSettings, load_config
-from coalign.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
-from coalign.formats import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
-from coalign.recipes.shared import round_tasks
-from coalign.recipes.moat import round_premise
-from coalign.report import eval_rows
-from coalign.stages.critic import CriticInput, ExecutionCritic
+from coalign.moat.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
+from coalign.formats.lumos import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
+from coalign.moat.cold_start import round_tasks
+from coalign.moat.recipe import round_premise
+from coalign.reports.tables import eval_rows
+from coalign.moat.critic import CriticInput, ExecutionCritic
 from coalign.tasks import maths_suite, qa_suite
 from coalign.tasks.plan_following import plan_following, readable_from_subgoals
 from coalign.tasks.qa_suite import generate_qa_suite
@@ -50,7 +50,7 @@ def _fake_agents(monkeypatch, answers: dict[str, str]) -> list[str]:
     def score(agent, users, completions, batch_size, desc=""):
         return [_Score(float(len(u))) for u in users]
 
-    monkeypatch.setattr("coalign.agents.generate", generate)
+    monkeypatch.setattr("coalign.models.agents.generate", generate)
     monkeypatch.setattr(evaluate, "score_completions", score)
     return seen
 

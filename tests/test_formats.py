@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coalign.formats import (
+from coalign.formats.lumos import (
     LUMOS_SPECIALS,
     WORD_JOINER,
     Action,

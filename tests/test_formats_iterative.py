@@ -2,8 +2,8 @@
 
 import pytest
 
-from coalign.formats import TOOL_FAMILIES, TOOL_PREAMBLES, FormatError
-from coalign.formats_iterative import (
+from coalign.formats.lumos import TOOL_FAMILIES, TOOL_PREAMBLES, FormatError
+from coalign.formats.lumos_iterative import (
     STOP_PLANNING,
     chat_prompt,
     grounder_first_prompt,

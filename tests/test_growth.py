@@ -10,8 +10,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from coalign.config import ConfigError
-from coalign.console import make_console
-from coalign.models import load_model
+from coalign.core.console import make_console
+from coalign.models.load import load_model
 from coalign.pretraining.growth import grow_depth, grown_layer_sources
 from coalign.pretraining.pretrain import pretrain
 from coalign.pretraining.settings import load_pretrain_config

@@ -12,16 +12,18 @@ from trl import GRPOTrainer
 
 from coalign import envs
 from coalign.config import GRPOSettings, RunConfig, TinySpec
-from coalign.expert import expert_conversation
-from coalign.formats import lumos_chat
-from coalign.grpo_stages import STAGES, order_label
-from coalign.models import load_model, load_tokenizer, make_tiny_model
-from coalign.recipes.pilotrl import run_pilotrl
-from coalign.rewards import RewardFunctions
-from coalign.rollout import RolloutSpec, make_rollout_func, prompt_rows
-from coalign.runs import read_json
-from coalign.stages import grpo as grpo_module
-from coalign.stages.grpo import EpochSampler, StageTrainer, grpo_config, grpo_stage
+from coalign.pilotrl.expert import expert_conversation
+from coalign.formats.lumos import lumos_chat
+from coalign.config import STAGES, order_label
+from coalign.models.load import load_model, load_tokenizer, make_tiny_model
+from coalign.pilotrl.recipe import run_pilotrl
+from coalign.pilotrl.rewards import RewardFunctions
+from coalign.pilotrl.rollout import RolloutSpec, make_rollout_func, prompt_rows
+from coalign.core.runs import read_json
+from coalign.pilotrl import stages as stages_module
+from coalign.training import grpo as grpo_module
+from coalign.pilotrl.stages import grpo_stage
+from coalign.training.grpo import EpochSampler, StageTrainer, grpo_config
 from tests.toy_env import killed_after
 
 TINY = {"vocab_size": 300, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2,
@@ -127,7 +129,7 @@ def whole(init, tmp_path_factory):
     stage = STAGES["joint"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(envs.REGISTRY, "toy", "tests.toy_env:ToyEnv")
-        patch.setattr(grpo_module, "reward_functions", _sampled_rewards)
+        patch.setattr(stages_module, "reward_functions", _sampled_rewards)
         out = tmp_path_factory.mktemp("whole") / "whole"
         return grpo_stage(init, out, prompt_rows(KILL_ROWS, "adaplan"), stage, GRPOSettings(**KILL_SETTINGS),
                           _spec(stage), seed=0)  # fmt: skip
@@ -147,7 +149,7 @@ def test_a_killed_stage_resumes_from_its_last_checkpoint(init, whole, tmp_path, 
     start = _weights(init)
     assert any(not torch.equal(start[k], w) for k, w in _weights(whole).items())  # the weights moved
 
-    monkeypatch.setattr(grpo_module, "reward_functions", _sampled_rewards)
+    monkeypatch.setattr(stages_module, "reward_functions", _sampled_rewards)
     monkeypatch.setattr(grpo_module, "StageTrainer", killed_after(StageTrainer, kill_at))
     with pytest.raises(KeyboardInterrupt):
         grpo_stage(init, tmp_path / "resumed", rows, stage, settings, _spec(stage), seed=0)
@@ -210,7 +212,7 @@ def test_stage_orders_must_name_known_stages_and_match_the_format():
 
 
 def test_the_bench_runs_grpo_variants_from_their_seeds_sft_run(tmp_path):
-    from coalign.pilotrl_bench import run_pilotrl_bench
+    from coalign.pilotrl.bench import run_pilotrl_bench
 
     cfg = _config(["executor"])  # the variant keeps these GRPO settings and sets its own order
     results = run_pilotrl_bench(cfg, tmp_path, [0], ["pilotrl"], 1, Console(quiet=True))
@@ -242,7 +244,7 @@ def test_isolated_planner_and_executor_train_two_models_and_run_together(tmp_pat
 
 
 def test_with_an_executor_the_policy_writes_only_the_plan_blocks():
-    from coalign.adaplan import run_episodes
+    from coalign.pilotrl.runtime import run_episodes
     from tests.toy_env import ScriptedModel, toy_tokenizer
 
     tokenizer = toy_tokenizer()
@@ -258,7 +260,7 @@ def test_with_an_executor_the_policy_writes_only_the_plan_blocks():
 
 
 def test_the_llm_adherence_judge_is_built_from_the_config_and_calls_the_endpoint(server):
-    from coalign.rewards import llm_judge
+    from coalign.pilotrl.rewards import llm_judge
     from tests.fault_server import KEY, Reply
 
     options = {"base_url": server.url, "model": "judge-m", "api_key_env": "COALIGN_TEST_KEY", "max_calls": 1}
@@ -290,8 +292,8 @@ def test_vllm_generation_is_configured_for_trl_and_refused_without_vllm(tmp_path
     import importlib.util
 
     from coalign.config import GRPOSettings
-    from coalign.errors import RunError
-    from coalign.grpo_stages import STAGES
+    from coalign.core.errors import RunError
+    from coalign.config import STAGES
 
     stage = STAGES["executor"]
     hf = grpo_config(GRPOSettings(batch_size=2, num_generations=2), stage, tmp_path, 0, [1.0], 48)

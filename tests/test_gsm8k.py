@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from coalign.errors import DataError
-from coalign.formats import parse_action
+from coalign.core.errors import DataError
+from coalign.formats.lumos import parse_action
 from coalign.tasks.gsm8k import load_gsm8k, reference_results, steps_to_plan, written_calculations, written_relations
-from coalign.runs import write_jsonl
-from coalign.tasks.jsonl import read_jsonl
+from coalign.core.runs import write_jsonl
+from coalign.core.jsonl import read_jsonl
 from coalign.tools.executor import execute
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from coalign.config import load_config
-from coalign.formats import format_subgoals
+from coalign.formats.lumos import format_subgoals
 from coalign.tasks.sources import load_sources, source_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

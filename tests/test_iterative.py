@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from coalign import evaluate, iterative
+from coalign.moat import evaluate, iterative
 from coalign.config import EvalSettings, load_config
-from coalign.evaluate import evaluate_iterative, evaluate_tasks, split_summary
-from coalign.formats import format_actions, parse_planner_prompt
-from coalign.formats_iterative import (
+from coalign.moat.evaluate import evaluate_iterative, evaluate_tasks, split_summary
+from coalign.formats.lumos import format_actions, parse_planner_prompt
+from coalign.formats.lumos_iterative import (
     STOP_PLANNING,
     chat_prompt,
     parse_grounder_messages,
@@ -19,10 +19,10 @@ from coalign.formats_iterative import (
     planner_turn,
     turn_examples,
 )
-from coalign.iterative import malformed_grounding, run_episodes
-from coalign.models import make_tiny_model, render_prompt
-from coalign.recipes.sft_data import grounder_data, grounder_examples, planner_data, planner_examples
-from coalign.stages.sft import sft_dataset
+from coalign.moat.iterative import malformed_grounding, run_episodes
+from coalign.models.load import make_tiny_model, render_prompt
+from coalign.moat.sft_data import grounder_data, grounder_examples, planner_data, planner_examples
+from coalign.training.sft import sft_dataset
 from coalign.tasks.episodes import gold_feedback
 from coalign.tasks.sources import load_data, refuse_in_rounds
 from coalign.tasks.maths_suite import generate_suite
@@ -68,7 +68,7 @@ def test_sft_prompts_render_as_the_loop_renders_them_and_mixed_data_keeps_onetim
     assert len(examples) == 2 + sum(len(t.subgoals) + 1 for t in web)
     assert len(grounder_data(config, web)) == sum(len(t.subgoals) for t in web)  # no plan-following copies for web
     make_tiny_model(["<|user|>\nhello\n<|assistant|>\nworld</s>"] * 4, tmp_path, load_config("tiny").models.tiny)
-    from coalign.models import load_tokenizer
+    from coalign.models.load import load_tokenizer
 
     tok = load_tokenizer(tmp_path)
     data = sft_dataset(tok, examples)
@@ -245,7 +245,7 @@ def test_a_tiny_team_trains_on_maths_and_web_tasks_and_evaluates_web_sets(tmp_pa
 
     from rich.console import Console
 
-    from coalign.recipes.lumos import run_lumos
+    from coalign.moat.baseline import run_lumos
 
     config = load_config("tiny", WEB_RUN)
     results = run_lumos(config, tmp_path, Console(quiet=True))

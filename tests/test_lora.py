@@ -17,7 +17,7 @@ from trl import DPOTrainer
 from trl.trainer import dpo_trainer
 
 from coalign import envs
-from coalign.agents import Agent, generate
+from coalign.models.agents import Agent, generate
 from coalign.config import (
     ConfigError,
     DPOSettings,
@@ -28,20 +28,22 @@ from coalign.config import (
     config_to_yaml,
     load_config,
 )
-from coalign.errors import RunError
-from coalign.expert import expert_conversation
-from coalign.formats import lumos_chat, lumos_generation_prompt, planner_prompt
-from coalign.grpo_stages import STAGES
-from coalign.models import adapter_base, is_adapter, load_model, make_tiny_model
-from coalign.recipes.moat import run_moat
-from coalign.recipes.pilotrl import run_pilotrl
-from coalign.rollout import prompt_rows
-from coalign.runs import Run, read_json
-from coalign.stages import dpo as dpo_module
-from coalign.stages import grpo as grpo_module
-from coalign.stages.dpo import dpo
-from coalign.stages.grpo import StageTrainer, grpo_stage
-from coalign.stages.sft import sft
+from coalign.core.errors import RunError
+from coalign.pilotrl.expert import expert_conversation
+from coalign.formats.lumos import lumos_chat, lumos_generation_prompt, planner_prompt
+from coalign.config import STAGES
+from coalign.models.load import adapter_base, is_adapter, load_model, make_tiny_model
+from coalign.moat.recipe import run_moat
+from coalign.pilotrl.recipe import run_pilotrl
+from coalign.pilotrl.rollout import prompt_rows
+from coalign.core.runs import Run, read_json
+from coalign.training import dpo as dpo_module
+from coalign.pilotrl import stages as stages_module
+from coalign.training import grpo as grpo_module
+from coalign.training.dpo import dpo
+from coalign.pilotrl.stages import grpo_stage
+from coalign.training.grpo import StageTrainer
+from coalign.training.sft import sft
 from tests.test_grpo import RL, TINY, _config, _spec
 from tests.test_moat import MOAT
 from tests.toy_env import killed_after
@@ -195,7 +197,7 @@ def test_a_lora_grpo_stage_trains_the_adapter_and_resumes_from_its_checkpoint(to
     only; killed after its first step, it resumes from the adapter checkpoint to the same adapter."""
     texts = [lumos_chat(expert_conversation("toy", s, "adaplan")) for s in range(6)]
     base = make_tiny_model(texts, tmp_path / "init", TinySpec(**TINY), seed=0)
-    monkeypatch.setattr(grpo_module, "reward_functions", lambda *a, **k: ([_varied], [1.0]))
+    monkeypatch.setattr(stages_module, "reward_functions", lambda *a, **k: ([_varied], [1.0]))
     stage, rows = STAGES["joint"], prompt_rows([("toy", s) for s in range(4)], "adaplan")  # two steps an epoch
     settings, lora = GRPOSettings(**{**RL, "epochs": {"joint": 1}}), LoraSettings(r=4, merge=False)
     whole = grpo_stage(base, tmp_path / "whole", rows, stage, settings, _spec(stage), lora=lora)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coalign.errors import DataError
-from coalign.formats import FormatError, lumos_chat
+from coalign.core.errors import DataError
+from coalign.formats.lumos import FormatError, lumos_chat
 from coalign.tasks import Task
 from coalign.tasks.gsm8k import load_gsm8k
 from coalign.tasks.lumos import LumosRow, load_lumos_rows, save_lumos_rows, task_to_rows, tasks_from_rows

@@ -259,7 +259,7 @@ def test_code_is_refused_and_never_runs() -> None:
 
 
 def test_the_registry_lists_every_tool_of_the_lumos_preamble() -> None:
-    from coalign.formats import TOOL_PREAMBLES
+    from coalign.formats.lumos import TOOL_PREAMBLES
 
     for name in maths.TOOLS:
         assert f"'{name}'" in TOOL_PREAMBLES["maths"]

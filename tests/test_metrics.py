@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coalign.metrics import (
+from coalign.formats.answers import (
     NUMERIC_REL_TOL,
     accuracy,
     answer_correct,

@@ -6,10 +6,10 @@ import pytest
 from rich.console import Console
 
 from coalign.config import load_config
-from coalign.formats import EOS, TOOL_PREAMBLES, lumos_generation_prompt
-from coalign.models import load_tokenizer, train_tokenizer
-from coalign.recipes.sft_data import grounder_pair, planner_pair
-from coalign.recipes.moat import run_moat
+from coalign.formats.lumos import EOS, TOOL_PREAMBLES, lumos_generation_prompt
+from coalign.models.load import load_tokenizer, train_tokenizer
+from coalign.moat.sft_data import grounder_pair, planner_pair
+from coalign.moat.recipe import run_moat
 from coalign.tasks.qa_suite import generate_qa_suite
 from coalign.tasks.sources import load_sources
 from coalign.tasks.maths_suite import generate_suite
@@ -117,7 +117,8 @@ def test_a_forced_resume_with_other_evaluation_sets_evaluates_them(mixed_run, tm
     numbers must be those of the sets the config now names."""
     import shutil
 
-    from coalign.recipes.shared import evaluate_run, prepare_run
+    from coalign.moat.cold_start import evaluate_run
+    from coalign.training.setup import prepare_run
 
     run_dir, _ = mixed_run
     copy = tmp_path / "run"

@@ -9,9 +9,9 @@ import pytest
 from rich.console import Console
 
 from coalign.config import load_config
-from coalign.recipes.shared import prepare_run
-from coalign.recipes.moat import dpo_stage, moat_rounds, pair_stage, run_moat, score_stage
-from coalign.runs import Run
+from coalign.training.setup import prepare_run
+from coalign.moat.recipe import dpo_stage, moat_rounds, pair_stage, run_moat, score_stage
+from coalign.core.runs import Run
 from coalign.tasks.sources import load_sources
 from coalign.tasks.maths_suite import generate_suite
 from tests.fault_server import KEY, Reply

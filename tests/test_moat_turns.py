@@ -6,24 +6,24 @@ import json
 import pytest
 from rich.console import Console
 
-from coalign.agents import grounder_example
-from coalign.bench import run_bench
-from coalign.bench_report import report_markdown
+from coalign.models.agents import grounder_example
+from coalign.moat.bench import run_bench
+from coalign.moat.report import report_markdown
 from coalign.config import load_config
-from coalign.errors import RunError
-from coalign.formats import grounder_prompt, planner_prompt
-from coalign.formats_iterative import chat_prompt, planner_turn
-from coalign.models import load_tokenizer, render_prompt
-from coalign.recipes import moat
-from coalign.recipes.sft_data import planner_pair
-from coalign.recipes.shared import round_tasks
-from coalign.recipes.moat import pair_stage, round_premise, run_moat, score_stage
-from coalign.recipes.units import round_units, task_units, turn_subgoal
-from coalign.report import markdown_table
-from coalign.runs import Run
-from coalign.stages.dpo import dpo_dataset
-from coalign.scoring import ActionScore
-from coalign.stages.turn_critic import judge_turn, judge_turns
+from coalign.core.errors import RunError
+from coalign.formats.lumos import grounder_prompt, planner_prompt
+from coalign.formats.lumos_iterative import chat_prompt, planner_turn
+from coalign.models.load import load_tokenizer, render_prompt
+from coalign.moat import recipe as moat
+from coalign.moat.sft_data import planner_pair
+from coalign.moat.cold_start import round_tasks
+from coalign.moat.recipe import pair_stage, round_premise, run_moat, score_stage
+from coalign.moat.units import round_units, task_units, turn_subgoal
+from coalign.reports.tables import markdown_table
+from coalign.core.runs import Run
+from coalign.training.dpo import dpo_dataset
+from coalign.moat.scoring import ActionScore
+from coalign.moat.turn_critic import judge_turn, judge_turns
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
 from coalign.tasks.sources import load_data
 from coalign.tasks.maths_suite import generate_suite
@@ -146,12 +146,12 @@ def test_turns_are_scored_in_the_gold_context_and_the_gold_subgoal_is_chosen(sit
 def test_a_fitted_grounder_scores_the_gold_subgoal_of_a_turn_below_a_content_free_one(tmp_path) -> None:
     """A tiny grounder fitted (60 steps) to two explicit-style site tasks: in the per-turn scoring context, the
     gold actions are likelier after the gold subgoal than after a vague one, turn by turn."""
-    from coalign.agents import Agent
+    from coalign.models.agents import Agent
     from coalign.config import SFTSettings, TinySpec
-    from coalign.models import make_tiny_model
-    from coalign.recipes.sft_data import grounder_examples, tokenizer_texts
-    from coalign.scoring import score_completions
-    from coalign.stages.sft import sft
+    from coalign.models.load import make_tiny_model
+    from coalign.moat.sft_data import grounder_examples, tokenizer_texts
+    from coalign.moat.scoring import score_completions
+    from coalign.training.sft import sft
 
     tasks = [t for t in generate_web_suite("train", 40) if t.subgoal_styles[0] == "explicit"][:2]
     spec = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=128)
@@ -172,7 +172,7 @@ def test_a_fitted_grounder_scores_the_gold_subgoal_of_a_turn_below_a_content_fre
 
 def test_dpo_renders_a_conversation_prompt_as_generation_does(tmp_path) -> None:
     from coalign.config import TinySpec
-    from coalign.models import make_tiny_model
+    from coalign.models.load import make_tiny_model
 
     task = generate_web_suite("train", 1)[0]
     make_tiny_model(

@@ -6,13 +6,13 @@ import pickle
 import pytest
 import torch
 
-from coalign.agents import Agent, generate
+from coalign.models.agents import Agent, generate
 from coalign.config import DPOSettings, SFTSettings, TinySpec
-from coalign.errors import RunError
-from coalign.formats import grounder_prompt, lumos_generation_prompt, planner_prompt
-from coalign.models import load_model, load_tokenizer, make_tiny_model, parameter_count, render_prompt
-from coalign.stages.dpo import dpo
-from coalign.stages.sft import sft
+from coalign.core.errors import RunError
+from coalign.formats.lumos import grounder_prompt, lumos_generation_prompt, planner_prompt
+from coalign.models.load import load_model, load_tokenizer, make_tiny_model, parameter_count, render_prompt
+from coalign.training.dpo import dpo
+from coalign.training.sft import sft
 
 SPEC = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 PAIRS = [(planner_prompt(f"Add {a} and {b}."), f"Subgoal 1: Add {a} and {b}") for a, b in [(3, 4), (15, 27), (8, 61)]]
@@ -77,10 +77,10 @@ def _specials(tok, ids: list[int]) -> list[str]:
 def test_text_that_spells_special_tokens_never_becomes_one(tiny, tmp_path):
     """A task, an observation or a model's output that spells `</s>` or a turn tag is text: the prompt
     holds only the format's own control tokens, in SFT, DPO, scoring and multi-turn encoding alike."""
-    from coalign.scoring import encode_completion
-    from coalign.stages.dpo import dpo_dataset
-    from coalign.stages.sft import sft_dataset
-    from coalign.token_turns import encode
+    from coalign.moat.scoring import encode_completion
+    from coalign.training.dpo import dpo_dataset
+    from coalign.training.sft import sft_dataset
+    from coalign.models.turns import encode
 
     tok = load_tokenizer(tiny)
     prompt_ids = tok(render_prompt(tok, HOSTILE), add_special_tokens=False)["input_ids"]
@@ -111,8 +111,8 @@ def test_text_that_spells_special_tokens_never_becomes_one(tiny, tmp_path):
 def test_the_spellings_kept_out_of_text_are_the_tokenizers_and_in_lumos_format_its_tags():
     from types import SimpleNamespace
 
-    from coalign.formats import LUMOS_SPECIALS
-    from coalign.models import special_strings
+    from coalign.formats.lumos import LUMOS_SPECIALS
+    from coalign.models.load import special_strings
 
     qwen_like = SimpleNamespace(chat_template="t", all_special_tokens=["<|im_end|>"], added_tokens_decoder={})
     assert special_strings(qwen_like) == {"<|im_end|>"}  # `<s>` in a page's HTML is no control token here
@@ -175,7 +175,7 @@ def test_checkpoint_with_only_pickle_weights_is_refused_without_unpickling(tiny,
 def test_every_model_load_asks_for_safetensors_and_remote_code_only_when_set(monkeypatch):
     calls = []
     monkeypatch.setattr(
-        "coalign.models.AutoModelForCausalLM.from_pretrained", lambda *args, **kwargs: calls.append(kwargs)
+        "coalign.models.load.AutoModelForCausalLM.from_pretrained", lambda *args, **kwargs: calls.append(kwargs)
     )
     with pytest.raises(AttributeError):  # the stub returns no model to put in eval mode
         load_model("org/hub-model")
@@ -192,7 +192,7 @@ def test_training_stages_pass_trust_remote_code_on(monkeypatch, tmp_path, train)
         seen.append(trust_remote_code)
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(f"coalign.stages.{train}.load_tokenizer", refuse)
+    monkeypatch.setattr(f"coalign.training.{train}.load_tokenizer", refuse)
     run = sft if train == "sft" else dpo
     settings = SFTSettings() if train == "sft" else DPOSettings()
     example = ("q", "a") if train == "sft" else ("q", "a", "b")

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from coalign.stages.pairs import Pair, auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
+from coalign.moat.pairs import Pair, auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
 
 
 def test_pair_is_argmin_chosen_argmax_rejected():

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from coalign.config import BUNDLED, LoraSettings, load_config
-from coalign.data_fetch import LUMOS_SETS
-from coalign.grpo_stages import STAGES
+from coalign.tasks.fetch import LUMOS_SETS
+from coalign.config import STAGES
 
 MOAT = {
     "paper-moat-llama2-7b": "meta-llama/Llama-2-7b-hf",

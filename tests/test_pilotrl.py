@@ -12,13 +12,13 @@ from trl import SFTConfig, SFTTrainer
 
 from coalign import envs
 from coalign.config import GRPOSettings, RunConfig
-from coalign.errors import RunError
-from coalign.expert import expert_conversation
-from coalign.models import load_model, load_tokenizer
-from coalign.recipes.pilotrl import run_pilotrl, summarise
-from coalign.stages.sft import conversation_dataset
-from coalign.tasks.jsonl import read_jsonl
-from coalign.token_turns import encode
+from coalign.core.errors import RunError
+from coalign.pilotrl.expert import expert_conversation
+from coalign.models.load import load_model, load_tokenizer
+from coalign.pilotrl.recipe import run_pilotrl, summarise
+from coalign.training.sft import conversation_dataset
+from coalign.core.jsonl import read_jsonl
+from coalign.models.turns import encode
 
 TINY = {"vocab_size": 400, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
         "intermediate_size": 64, "max_positions": 512}  # fmt: skip
@@ -118,21 +118,21 @@ def test_training_seeds_may_not_reach_the_evaluation_seeds():
 
 
 def test_the_bench_defaults_to_the_config_recipes_own_variants():
-    from coalign.recipe_registry import bench_names
+    from coalign.registry import bench_names
 
     assert bench_names("pilotrl") == ("adaplan", "react", "vanilla_rl", "pilotrl")
     assert "adaplan" not in bench_names("moat") and "moat" in bench_names("lumos")
 
 
 def test_eval_of_a_missing_run_is_a_clear_error(tmp_path):
-    from coalign.recipes.pilotrl import evaluate_checkpoint
+    from coalign.pilotrl.recipe import evaluate_checkpoint
 
     with pytest.raises(RunError, match="no such run folder"):
         evaluate_checkpoint(config(), tmp_path / "nowhere", None, Console(quiet=True))
 
 
 def test_eval_of_a_given_checkpoint_writes_a_new_folder(tmp_path):
-    from coalign.recipes.pilotrl import evaluate_checkpoint
+    from coalign.pilotrl.recipe import evaluate_checkpoint
 
     cfg = config(train_tasks=4, eval_tasks=2, sft={**SFT, "epochs": 1})
     run_pilotrl(cfg, tmp_path, Console(quiet=True))
@@ -144,8 +144,8 @@ def test_eval_of_a_given_checkpoint_writes_a_new_folder(tmp_path):
 def test_an_evaluated_checkpoint_is_labelled_by_the_stages_it_went_through(tmp_path):
     """`coalign eval --model` of an SFT checkpoint, with a config whose GRPO order is 1->2->3, reports an SFT
     model, not 'GRPO 1->2->3'; a stage's checkpoint reports the stages up to it."""
-    from coalign.pilotrl_report import run_markdown
-    from coalign.recipes.pilotrl import evaluate_checkpoint, stages_of
+    from coalign.pilotrl.report import run_markdown
+    from coalign.pilotrl.recipe import evaluate_checkpoint, stages_of
 
     cfg = config(train_tasks=4, eval_tasks=2, sft={**SFT, "epochs": 1})
     run_pilotrl(cfg, tmp_path, Console(quiet=True))
@@ -165,7 +165,7 @@ def test_eval_of_a_run_evaluates_what_it_trained_last(tmp_path):
     its SFT checkpoint, and says which checkpoint is missing when training has not reached it."""
     import shutil
 
-    from coalign.recipes.pilotrl import evaluate_checkpoint, final_models
+    from coalign.pilotrl.recipe import evaluate_checkpoint, final_models
 
     cfg = config(train_tasks=4, eval_tasks=2, sft={**SFT, "epochs": 1})
     run_pilotrl(cfg, tmp_path, Console(quiet=True))
@@ -185,7 +185,7 @@ def test_eval_of_a_run_evaluates_what_it_trained_last(tmp_path):
 def test_a_forced_eval_with_other_tasks_measures_them_not_the_old_ones(tmp_path):
     """`coalign eval --force --set pilotrl.eval_tasks=N` keeps the trained stages but evaluates again: an
     evaluation kept from the old config would report its task set as the new one's."""
-    from coalign.recipes.pilotrl import evaluate_checkpoint
+    from coalign.pilotrl.recipe import evaluate_checkpoint
 
     cfg = config(train_tasks=4, eval_tasks=2, sft={**SFT, "epochs": 1})
     assert run_pilotrl(cfg, tmp_path, Console(quiet=True))["k1"]["envs"]["toy"]["tasks"] == 2
@@ -209,8 +209,8 @@ def test_a_forced_resume_with_more_training_episodes_trains_on_them(tmp_path):
 
 
 def test_longest_turn_counts_the_model_turns_only():
-    from coalign.models import train_tokenizer
-    from coalign.recipes.pilotrl import longest_turn
+    from coalign.models.load import train_tokenizer
+    from coalign.pilotrl.recipe import longest_turn
 
     tokenizer = train_tokenizer(["abc def ghi"] * 10, 300)
     conversation = [{"role": "user", "content": "x " * 50}, {"role": "assistant", "content": "abc def"}]
@@ -222,8 +222,8 @@ def test_an_llm_adds_candidate_plans_read_from_its_replies(server, monkeypatch):
     """generate-then-select with an LLM source: each task asks `candidates` plans of the endpoint; readable
     replies become candidates, a correct one can win, garbage is only ever scored, and failures add none."""
     from coalign.envs import make_env
-    from coalign.expert import LLMPlans, plan_quality
-    from coalign.recipes.pilotrl import plan_llm
+    from coalign.pilotrl.expert import LLMPlans, plan_quality
+    from coalign.pilotrl.recipe import plan_llm
     from tests.fault_server import Reply
 
     cfg = config(plan_llm={"base_url": server.url, "model": "planner-m", "api_key_env": "COALIGN_TEST_KEY",

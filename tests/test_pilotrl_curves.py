@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coalign.errors import DataError
-from coalign.pilotrl_curves import bench_curves, plot_curves, stage_curves
+from coalign.core.errors import DataError
+from coalign.pilotrl.curves import bench_curves, plot_curves, stage_curves
 
 KEYS = {c: f"rewards/reward_{c}/mean" for c in ("format", "adherence", "end_to_end", "plan_quality")}
 USED = {"executor": ("format", "adherence", "end_to_end"), "planner": ("format", "end_to_end", "plan_quality"),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from coalign.envs import HELDIN, HELDOUT
-from coalign.expert import expert_conversation
-from coalign.formats_adaplan import parse_turn
-from coalign.pilotrl_report import paired_table, report_markdown, success_table, update_table
+from coalign.pilotrl.expert import expert_conversation
+from coalign.formats.adaplan import parse_turn
+from coalign.pilotrl.report import paired_table, report_markdown, success_table, update_table
 
 
 def block(success: float, k: str = "k1") -> dict:

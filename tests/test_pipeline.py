@@ -6,7 +6,7 @@ import pytest
 from rich.console import Console
 
 from coalign.config import load_config
-from coalign.recipes.lumos import run_lumos
+from coalign.moat.baseline import run_lumos
 
 TINY = {
     "name": "pipeline-test",
@@ -133,9 +133,9 @@ def test_a_resume_in_a_new_process_keeps_every_stage(finished, tmp_path):
 
 def test_grounding_ppl_is_the_grounders_perplexity_of_gold_actions_given_the_plans(finished):
     config, run_dir, results = finished
-    from coalign.agents import Agent
-    from coalign.formats import format_actions, grounder_prompt
-    from coalign.scoring import score_completions
+    from coalign.models.agents import Agent
+    from coalign.formats.lumos import format_actions, grounder_prompt
+    from coalign.moat.scoring import score_completions
     from coalign.tasks.sources import load_source
 
     rows = [json.loads(line) for line in (run_dir / "eval" / "heldin-suite-heldin.predictions.jsonl").open()]

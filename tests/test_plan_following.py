@@ -117,7 +117,7 @@ def test_compositions_share_is_validated():
 
 
 def test_the_grounder_data_holds_the_composed_plans_a_config_asks_for():
-    from coalign.recipes.sft_data import grounder_data
+    from coalign.moat.sft_data import grounder_data
 
     train = generate_suite("train", 120)
     plain = grounder_data(load_config("tiny", {"data": {"plan_following": 0, "plan_compositions": 0}}), train)

@@ -10,11 +10,11 @@ from typer.testing import CliRunner
 
 from coalign.cli import app
 from coalign.config import ConfigError
-from coalign.console import make_console
-from coalign.errors import RunError
-from coalign.models import load_tokenizer, train_tokenizer
-from coalign.pretraining import bases
-from coalign.pretraining.corpus import file_sha256
+from coalign.core.console import make_console
+from coalign.core.errors import RunError
+from coalign.models.load import load_tokenizer, train_tokenizer
+from coalign.models import bases
+from coalign.core.runs import file_sha256
 from coalign.pretraining.pretrain import pretrain
 from coalign.pretraining.settings import load_pretrain_config
 
@@ -59,7 +59,7 @@ def test_sittings_add_up_to_one_run(mini_run: Path, tmp_path: Path) -> None:
 def test_a_base_continues_from_another(mini_run: Path, tmp_path: Path) -> None:
     """`init_from` starts from the parent's weights and tokenizer (no new tokenizer, no random init), on a
     corpus of its own seed, and the recipe chains the parent's hashes and the tokens seen in all."""
-    from coalign.models import load_model
+    from coalign.models.load import load_model
 
     config = load_pretrain_config(
         "mini", {"init_from": str(mini_run), "model": None, "seed": 1, "train": {"max_steps": 4}}
@@ -182,7 +182,7 @@ def test_the_corpus_contamination_check_is_run_and_recorded(mini_run: Path) -> N
 
 @pytest.mark.parametrize("name", ["coalign-base", "coalign-base-2", "coalign-base-4"])
 def test_the_shipped_bases_are_whole_small_and_their_recipes_hold(name: str) -> None:
-    from coalign.models import load_model
+    from coalign.models.load import load_model
 
     folder = Path(bases.starting_point(name))  # checks every file against the recipe's sha256
     assert sum(f.stat().st_size for f in folder.iterdir()) <= bases.MAX_BYTES

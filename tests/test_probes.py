@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import copy_probe  # noqa: E402
 import token_identity  # noqa: E402
 
-from coalign.models import load_tokenizer, train_tokenizer  # noqa: E402
-from coalign.pretraining.bases import starting_point  # noqa: E402
+from coalign.models.load import load_tokenizer, train_tokenizer  # noqa: E402
+from coalign.models.bases import starting_point  # noqa: E402
 
 
 @pytest.fixture(scope="module")

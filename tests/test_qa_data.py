@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from coalign.config import ConfigError, load_config
-from coalign.errors import DataError, SkippedRows
-from coalign.metrics import squad_exact_match, strategyqa_match
+from coalign.core.errors import DataError, SkippedRows
+from coalign.formats.answers import squad_exact_match, strategyqa_match
 from coalign.tasks.hotpotqa import load_hotpotqa
 from coalign.tasks.sources import load_sources, source_name
 from coalign.tasks.strategyqa import load_strategyqa

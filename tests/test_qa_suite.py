@@ -8,8 +8,8 @@ from functools import cache
 
 import pytest
 
-from coalign.formats import parse_action
-from coalign.metrics import squad_exact_match, strategyqa_match
+from coalign.formats.lumos import parse_action
+from coalign.formats.answers import squad_exact_match, strategyqa_match
 from coalign.tasks.qa_suite import HELDIN_TEMPLATES, HELDOUT_TEMPLATES, VAGUE_SUBGOALS, generate_qa_suite
 from coalign.tools.qa_world import COUNTS, build_world, bundled_world
 from coalign.tasks.maths_suite import SPLITS, STYLE_WEIGHTS, STYLES

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coalign.formats import TOOL_PREAMBLES, grounder_prompt
+from coalign.formats.lumos import TOOL_PREAMBLES, grounder_prompt
 from coalign.tools import executor, qa
 from coalign.tools.qa_world import bundled_world
 from coalign.tools.executor import MAX_VALUE_CHARS, Trace, execute

@@ -16,11 +16,11 @@ from rich.console import Console
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from coalign import ranks
+from coalign.core import ranks
 from coalign.cli import app
 from coalign.config import config_to_yaml, load_config
-from coalign.errors import RunError
-from coalign.recipes.pilotrl import run_pilotrl
+from coalign.core.errors import RunError
+from coalign.pilotrl.recipe import run_pilotrl
 from tests.test_moat import MOAT
 
 
@@ -71,7 +71,7 @@ def test_work_inside_a_share_runs_alone(monkeypatch):
 
 
 def test_one_rank_writes_and_all_wait_for_its_folders(monkeypatch, tmp_path):
-    from coalign.runs import atomic_dir, write_json
+    from coalign.core.runs import atomic_dir, write_json
 
     waits = []
     monkeypatch.setattr(ranks, "_group", lambda: type("Group", (), {"barrier": lambda self: waits.append(1)})())

@@ -5,11 +5,11 @@ import math
 import pytest
 
 from coalign.envs import REGISTRY, make_env
-from coalign.envs.base import MAX_ACTION_CHARS
+from coalign.formats.env_actions import MAX_ACTION_CHARS
 from coalign.envs.wordle import spaced
-from coalign.expert import follow_plan
-from coalign.formats_adaplan import format_turn, parse_turn, plan_due, update_plan
-from coalign.rewards import (
+from coalign.pilotrl.expert import follow_plan
+from coalign.formats.adaplan import format_turn, parse_turn, plan_due, update_plan
+from coalign.pilotrl.rewards import (
     COMPONENTS,
     LLMJudge,
     accepted,
@@ -24,7 +24,7 @@ from coalign.rewards import (
     plan_score,
     reward_functions,
 )
-from coalign.stages.critic import CallError
+from coalign.models.endpoint import CallError
 
 # --------------------------------------------------------------------------- episodes
 

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from coalign import runs
-from coalign.runs import Run, atomic_dir, atomic_write_text, file_digest, write_jsonl
+from coalign.core import runs
+from coalign.core.runs import Run, atomic_dir, atomic_write_text, file_digest, write_jsonl
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from coalign.agents import Agent, grounder_example
+from coalign.models.agents import Agent, grounder_example
 from coalign.config import TinySpec
-from coalign.formats import grounder_prompt, lumos_generation_prompt
-from coalign.models import make_tiny_model, render_prompt
-from coalign import scoring as score_module
-from coalign.scoring import (
+from coalign.formats.lumos import grounder_prompt, lumos_generation_prompt
+from coalign.models.load import make_tiny_model, render_prompt
+from coalign.moat import scoring as score_module
+from coalign.moat.scoring import (
     ActionScore,
     EncodedRow,
     argument_spans,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coalign.errors import DataError
+from coalign.core.errors import DataError
 from coalign.tasks.arithmetic import evaluate, number_text, parse
 from coalign.tasks.svamp import equation_to_plan, load_svamp
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from coalign.config import ConfigError, load_config
-from coalign.errors import DataError, SkippedRows
-from coalign.formats_iterative import parse_planner_messages, web_feedback
-from coalign.recipes.sft_data import planner_examples
+from coalign.core.errors import DataError, SkippedRows
+from coalign.formats.lumos_iterative import parse_planner_messages, web_feedback
+from coalign.moat.sft_data import planner_examples
 from coalign.tasks.episodes import episode_for, gold_feedback
 from coalign.tasks.lumos import load_lumos_rows, load_lumos_tasks, save_lumos_rows, task_to_iterative_rows
 from coalign.tasks.mind2web import load_mind2web, node_texts

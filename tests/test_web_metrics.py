@@ -8,16 +8,8 @@ import pytest
 
 from coalign.envs.shop import Goal, Product
 from coalign.envs.web import Element, GoldStep
-from coalign.web_metrics import (
-    attribute_matches,
-    option_matches,
-    step_correct,
-    step_success_rate,
-    task_step_success,
-    token_set_ratio,
-    type_factor,
-    webshop_reward,
-)
+from coalign.envs.shop import attribute_matches, option_matches, token_set_ratio, type_factor, webshop_reward
+from coalign.envs.web import step_correct, step_success_rate, task_step_success
 
 PAGE = (
     Element("7", "button", "Search"),

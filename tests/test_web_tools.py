@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from coalign.formats import FormatError
+from coalign.formats.lumos import FormatError
 from coalign.tasks import Task
 from coalign.envs.shop import BUY, Catalogue, Goal, Product, ShopEpisode
 from coalign.envs.web import (

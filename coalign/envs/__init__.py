@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from coalign.envs.base import Step, TextEnv, clean_action
+from coalign.envs.base import Step, TextEnv
+from coalign.formats.env_actions import clean_action
 
 REGISTRY: dict[str, str] = {
     "household": "coalign.envs.household:HouseholdEnv",

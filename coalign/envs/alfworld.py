@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from coalign.envs.base import TextEnv
 from coalign.envs.household import ACTIONS as HOUSEHOLD_ACTIONS
-from coalign.errors import RunError
+from coalign.core.errors import RunError
 
 GAME_SUFFIXES = (".tw-pddl", ".z8", ".ulx")
 NOTHING = "Nothing happened."

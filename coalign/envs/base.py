@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-MAX_ACTION_CHARS = 2000  # longer model text is cut before parsing: no environment needs more
+from coalign.formats.env_actions import clean_action
 
 
 @dataclass(frozen=True)
@@ -125,12 +125,3 @@ def plain_action(action: str) -> str:
 def plain_step(step: str) -> str:
     """A plan step as compared with a step text: lower case, whitespace squeezed, no final full stop."""
     return " ".join(str(step).lower().split()).rstrip(".")
-
-
-def clean_action(text: str) -> str:
-    """Model text as an action: the first non-empty line, cut to MAX_ACTION_CHARS, whitespace squeezed,
-    control characters dropped."""
-    text = str(text)[:MAX_ACTION_CHARS]
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = "".join(ch for ch in line if ch.isprintable())
-    return " ".join(line.split())

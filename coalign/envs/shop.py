@@ -16,7 +16,7 @@ Action syntax, as in Lumos's WebShop evaluation (allenai/lumos `eval/webshop/exa
 
 Search reports the first two products found ("asin - name ** asin - name"); Click on a product opens
 its page, on an option value chooses it, on `buy now` buys and ends the episode with the WebShop
-reward (`web_metrics.webshop_reward`); FeatureRetrieve keeps the three option values of an opened
+reward (`webshop_reward`, below); FeatureRetrieve keeps the three option values of an opened
 product closest to the query; Pick chooses among Search's products by their names and features.
 Lumos ranks with a cross-encoder; here the search is BM25 and the rankers count shared words.
 Where we differ from WebShop: one results page (its first ten products), no description, feature
@@ -28,17 +28,16 @@ from __future__ import annotations
 import random
 import re
 from statistics import mean
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rank_bm25 import BM25Plus
 
-from coalign.formats import R_VARIABLE, FormatError, parse_action, split_actions
+from coalign.formats.lumos import R_VARIABLE, FormatError, parse_action, split_actions
 from coalign.envs.base import Step
 from coalign.envs.episode import Turn, play_turn
 from coalign.envs.web import words
-from coalign.formats_iterative import result_feedback
-from coalign.web_metrics import webshop_reward
+from coalign.formats.lumos_iterative import result_feedback
 
 SEARCH_RETURN = 50  # products a search finds (WebShop's SEARCH_RETURN_N)
 SHOWN = 10  # products on the results page (WebShop's PRODUCT_WINDOW)
@@ -335,3 +334,97 @@ class ShopEpisode:
         features += [""] * (len(items) - len(features))
         scores = [_overlap(match["query"], f"{item.name} {told}") for item, told in zip(items, features)]
         return ShopValue(items[max(range(len(items)), key=lambda i: (scores[i], -i))].asin)
+
+
+# --------------------------------------------------------------------------- WebShop's reward
+# WebShop reward, following `web_agent_site/engine/goal.py::get_reward` term by term:
+#
+#     reward = r_type * (attribute matches + option matches + [price <= price_upper])
+#                     / (goal attributes + goal options + 1)
+#
+# - an attribute matches when a product attribute is a fuzzy match (token set ratio > 85) or the
+#   attribute text occurs in the title, bullet points or description, as in WebShop;
+# - an option matches when a chosen option is a fuzzy match (token set ratio > 85), as in WebShop;
+# - r_type is WebShop's type factor: 1 when the search query or two category levels match or more
+#   than 20% of the goal title's words are in the purchased title, else 0.5; 0.1 below 10%; 0 at 0%.
+#
+# Simplifications, stated: the title share counts every non-stopword word where WebShop counts only
+# spaCy nouns and proper nouns; option values are compared as they are, without WebShop's
+# `normalize_color` (which keeps the first colour word of a value); the fuzzy ratio is the Indel
+# similarity that rapidfuzz (thefuzz's engine) computes, implemented here.
+
+FUZZY_THRESHOLD = 85  # WebShop: token_set_ratio(...) > 85
+_NON_WORD = re.compile(r"[^a-z0-9]+")
+_TITLE_STOPWORDS = frozenset("a an and the of for with in on to by from or at & - x".split())
+
+
+def _process(text: str) -> str:
+    """thefuzz's default processing: lowercase, anything but letters and digits becomes a space."""
+    return _NON_WORD.sub(" ", text.lower()).strip()
+
+
+def _indel_ratio(a: str, b: str) -> float:
+    """100 * 2 * LCS(a, b) / (|a| + |b|): rapidfuzz's `fuzz.ratio`."""
+    if not a and not b:
+        return 100.0
+    previous = [0] * (len(b) + 1)
+    for ca in a:
+        current = [0]
+        for j, cb in enumerate(b, start=1):
+            current.append(previous[j - 1] + 1 if ca == cb else max(previous[j], current[j - 1]))
+        previous = current
+    return 200.0 * previous[-1] / (len(a) + len(b))
+
+
+def token_set_ratio(a: str, b: str) -> int:
+    """thefuzz's `token_set_ratio`: the shared words against each side's words, best of three ratios, 0..100."""
+    ta, tb = set(_process(a).split()), set(_process(b).split())
+    if not ta or not tb:
+        return 0
+    shared = " ".join(sorted(ta & tb))
+    left = f"{shared} {' '.join(sorted(ta - tb))}".strip()
+    right = f"{shared} {' '.join(sorted(tb - ta))}".strip()
+    return round(max(_indel_ratio(shared, left), _indel_ratio(shared, right), _indel_ratio(left, right)))
+
+
+def fuzzy_match(a: str, b: str) -> bool:
+    return token_set_ratio(a, b) > FUZZY_THRESHOLD
+
+
+def attribute_matches(goal: Goal, product: Product) -> int:
+    """Goal attributes the product has: a fuzzy match among its attributes, else the text in its title or text."""
+    text = f"{product.name}\n{product.text}".lower()
+    return sum(
+        any(fuzzy_match(mine, wanted) for mine in product.attributes) or wanted.lower() in text
+        for wanted in goal.attributes
+    )
+
+
+def option_matches(goal: Goal, chosen: Iterable[str]) -> int:
+    """Goal options among the chosen ones (fuzzy match)."""
+    chosen = list(chosen)
+    return sum(any(fuzzy_match(option, wanted) for option in chosen) for wanted in goal.options)
+
+
+def _title_words(title: str) -> set[str]:
+    return {w for w in _process(title).split() if w not in _TITLE_STOPWORDS}
+
+
+def type_factor(goal: Goal, product: Product) -> float:
+    """WebShop's r_type: is the purchase the wanted kind of product (query, category levels, title words)?"""
+    query_match = product.query == goal.query
+    categories = {c.strip() for c in product.product_category.split("›")}
+    category_match = len(categories & {c.strip() for c in goal.product_category.split("›")}) >= 2
+    wanted = _title_words(goal.name)
+    title_score = len(wanted & _title_words(product.name)) / len(wanted) if wanted else 0.2
+    if title_score == 0.0:
+        return 0.0
+    if title_score < 0.1:
+        return 0.1
+    return 1.0 if query_match or category_match or title_score > 0.2 else 0.5
+
+
+def webshop_reward(goal: Goal, product: Product, chosen: Sequence[str], price: float) -> float:
+    """The reward for buying `product` with the `chosen` option values at `price`, in [0, 1]."""
+    matched = attribute_matches(goal, product) + option_matches(goal, chosen) + (price <= goal.price_upper)
+    return type_factor(goal, product) * matched / (len(goal.attributes) + len(goal.options) + 1)

@@ -19,14 +19,13 @@ gold step k, and the page after it is gold page k+1 whatever was done. One actio
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from coalign.envs.base import Step
 from coalign.envs.episode import Turn, play_turn
-from coalign.formats import FormatError, parse_action, split_actions
-from coalign.formats_iterative import web_feedback
-from coalign.web_metrics import step_correct, step_success_rate, task_step_success
+from coalign.formats.lumos import FormatError, parse_action, split_actions
+from coalign.formats.lumos_iterative import web_feedback
 
 OPERATIONS = ("CLICK", "TYPE", "SELECT")
 START_PAGE = "Env"
@@ -207,7 +206,7 @@ class SiteEpisode:
 
     def judge_turn(self, gold: Sequence[str], actions: str) -> tuple[bool, str]:
         """Whether `actions`, run here, do what the gold turn does (and why not): exactly as many steps as the
-        gold turn, every one right by Mind2Web's rule (`web_metrics.step_correct`: a positive element, the
+        gold turn, every one right by Mind2Web's rule (`step_correct`: a positive element, the
         operation, and for TYPE/SELECT the value), the rule the step success rate counts, and no action fails
         (e.g. one past the last step)."""
         before = len(self.flags)
@@ -244,3 +243,33 @@ class SiteEpisode:
         if element is None:
             return None, f"no element on the page matches {call.query!r}"
         return element.describe(), None
+
+
+# --------------------------------------------------------------------------- Mind2Web's step metrics
+# Mind2Web step success, as Lumos's evaluation scores it: the chosen element is one of the step's
+# positive candidates, the operation equals the gold one, and for TYPE and SELECT the value equals
+# the gold value (case and surrounding spaces aside). The rate is micro-averaged over all steps of
+# all tasks (Lumos: correct steps / steps); Mind2Web's paper also reports the per-task mean.
+
+
+def step_correct(element: str | None, op: str, value: str, gold: GoldStep) -> bool:
+    """Is one step right: the element (its id) a positive candidate, the operation and (TYPE/SELECT) the value equal."""
+    if element is None or element not in gold.positives or op != gold.op:
+        return False
+    return op == "CLICK" or value.strip().lower() == gold.value.strip().lower()
+
+
+def task_step_success(flags: Sequence[bool], steps: int) -> float:
+    """One task's share of its `steps` gold steps done right; steps never taken count as wrong."""
+    if steps < 1:
+        raise ValueError("a task has at least one step")
+    return sum(bool(f) for f in flags[:steps]) / steps
+
+
+def step_success_rate(tasks: Iterable[tuple[Sequence[bool], int]]) -> float:
+    """Lumos's step success rate over (flags, gold step count) per task: right steps / all gold steps."""
+    right = total = 0
+    for flags, steps in tasks:
+        right += sum(bool(f) for f in flags[:steps])
+        total += steps
+    return right / total if total else 0.0

@@ -15,7 +15,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from coalign.config import Settings
-from coalign.errors import DataError
+from coalign.core.errors import DataError
+from coalign.core.runs import file_sha256
 from coalign.pretraining.generators import KINDS
 
 DEFAULT_MIX = {
@@ -112,12 +113,4 @@ def text_sha256(docs: list[str]) -> str:
     for doc in docs:
         digest.update(doc.encode("utf-8"))
         digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
     return digest.hexdigest()

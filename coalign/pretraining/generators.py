@@ -12,14 +12,7 @@ import json
 import random
 from collections.abc import Callable
 
-from coalign.formats import (
-    ASSISTANT_TAG,
-    EOS,
-    USER_TAG,
-    format_subgoals,
-    grounder_prompt,
-    planner_prompt,
-)
+from coalign.formats.lumos import ASSISTANT_TAG, EOS, USER_TAG, format_subgoals, grounder_prompt, planner_prompt
 from coalign.pretraining.programs import OPS, Spelling, Step, call, instruction, program, run, spelling
 from coalign.pretraining.words import PLACES, UNITS, invented, name, names, number, thing
 

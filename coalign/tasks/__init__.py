@@ -40,7 +40,7 @@ class Task:
 
     @property
     def tools(self) -> str:
-        """The tool list the grounder sees (a key of `formats.TOOL_PREAMBLES`)."""
+        """The tool list the grounder sees (a key of `formats.lumos.TOOL_PREAMBLES`)."""
         return self.meta.get("tools", self.family)
 
     def action_groups(self) -> list[tuple[str, ...]]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from coalign.errors import DataError, SkippedRows
-from coalign.tasks.jsonl import convert_json_list, convert_rows, read_jsonl, require, type_name
+from coalign.core.errors import DataError, SkippedRows
+from coalign.core.jsonl import convert_json_list, convert_rows, read_jsonl, require, type_name
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 

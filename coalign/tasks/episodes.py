@@ -15,7 +15,7 @@ from collections.abc import Callable
 from coalign.envs.episode import Episode
 from coalign.envs.shop import Catalogue, Goal, ShopEpisode
 from coalign.envs.web import GoldStep, SiteEpisode
-from coalign.formats_iterative import Message, grounder_messages, planner_messages
+from coalign.formats.lumos_iterative import Message, grounder_messages, planner_messages
 from coalign.tasks import Task
 from coalign.tasks.shop_world import bundled_catalogue
 from coalign.tasks.webshop import catalogue_at

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
 
-from coalign.metrics import answer_correct, lumos_exact_match, numeric_match
+from coalign.formats.answers import answer_correct, lumos_exact_match, numeric_match
 from coalign.tasks import Task
 from coalign.tools.executor import Trace, execute
 

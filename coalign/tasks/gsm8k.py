@@ -13,11 +13,11 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
-from coalign.errors import DataError, SkippedRows
-from coalign.metrics import gsm8k_gold_answer
+from coalign.core.errors import DataError, SkippedRows
+from coalign.formats.answers import gsm8k_gold_answer
 from coalign.tasks import Task
 from coalign.tasks.arithmetic import Operation, evaluate, parse
-from coalign.tasks.jsonl import convert_rows, read_jsonl, require_text
+from coalign.core.jsonl import convert_rows, read_jsonl, require_text
 from coalign.tools.executor import execute
 
 _ANNOTATION = re.compile(r"<<([^<>]*)>>")

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coalign.errors import DataError, SkippedRows
+from coalign.core.errors import DataError, SkippedRows
 from coalign.tasks import Task
-from coalign.tasks.jsonl import convert_json_list, require, require_text, type_name
+from coalign.core.jsonl import convert_json_list, require, require_text, type_name
 
 TYPES = ("bridge", "comparison")
 
 
 def load_hotpotqa(path: str | Path, skipped: SkippedRows | None = None) -> list[Task]:
-    """Tasks with family "qa" and the gold answer text (scored by `metrics.squad_exact_match`).
+    """Tasks with family "qa" and the gold answer text (scored by `formats.answers.squad_exact_match`).
 
     Errors name the file, the 1-based record index as the line, and the field; a bad record raises
     DataError, or is recorded in `skipped` and left out. A file that is not a JSON list always raises.

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from coalign.errors import DataError, SkippedRows, keep_or_skip
-from coalign.formats import (
+from coalign.core.errors import DataError, SkippedRows, keep_or_skip
+from coalign.formats.lumos import (
     TOOL_FAMILIES,
     TOOL_PREAMBLES,
     FormatError,
@@ -30,14 +30,11 @@ from coalign.formats import (
     planner_prompt,
     split_actions,
 )
-from coalign.formats_iterative import (
-    parse_grounder_messages,
-    parse_planner_messages,
-)
-from coalign.runs import write_jsonl
+from coalign.formats.lumos_iterative import parse_grounder_messages, parse_planner_messages
+from coalign.core.runs import write_jsonl
 from coalign.tasks import Task
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
-from coalign.tasks.jsonl import convert_rows, read_jsonl, require, require_text
+from coalign.core.jsonl import convert_rows, read_jsonl, require, require_text
 
 ROLES = ("user", "assistant")
 Parsed = TypeVar("Parsed")

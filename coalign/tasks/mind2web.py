@@ -16,9 +16,9 @@ import json
 from html.parser import HTMLParser
 from pathlib import Path
 
-from coalign.errors import DataError, SkippedRows
+from coalign.core.errors import DataError, SkippedRows
 from coalign.tasks import Task
-from coalign.tasks.jsonl import convert_rows, read_json, require, require_text, type_name
+from coalign.core.jsonl import convert_rows, read_json, require, require_text, type_name
 from coalign.envs.web import NAMING_ATTRIBUTES, OPERATIONS, Element, GoldStep
 
 KEPT_ATTRIBUTES = (*NAMING_ATTRIBUTES, "type", "role")

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from coalign.formats import REFERENCE, FormatError, parse_action
+from coalign.formats.lumos import REFERENCE, FormatError, parse_action
 from coalign.tasks import Task
 from coalign.tools.executor import execute
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from coalign.config import GENERATED_KINDS, DataSource
-from coalign.errors import DataError, RunError, SkippedRows
+from coalign.core.errors import DataError, RunError, SkippedRows
 from coalign.tasks import Task
 from coalign.tasks.gsm8k import load_gsm8k
 from coalign.tasks.hotpotqa import load_hotpotqa
@@ -98,7 +98,7 @@ def refuse_in_rounds(tasks: list[Task], what: str) -> None:
     """RunError when MOAT rounds (or the bench, which runs them) would get tasks of a family they cannot handle.
 
     Every family runs now: onetime tasks (maths, QA) as whole plans, web tasks per planner turn
-    (`recipes.units`); the guard stays for families added to `RUN_FAMILIES` before their rounds are built.
+    (`moat.units`); the guard stays for families added to `RUN_FAMILIES` before their rounds are built.
     """
     families = sorted({t.family for t in tasks} - set(ROUND_FAMILIES))
     if families:

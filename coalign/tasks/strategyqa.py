@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coalign.errors import DataError, SkippedRows
-from coalign.metrics import strategyqa_gold_answer
+from coalign.core.errors import DataError, SkippedRows
+from coalign.formats.answers import strategyqa_gold_answer
 from coalign.tasks import Task
-from coalign.tasks.jsonl import convert_json_list, require, require_text, type_name
+from coalign.core.jsonl import convert_json_list, require, require_text, type_name
 
 
 def load_strategyqa(path: str | Path, skipped: SkippedRows | None = None) -> list[Task]:
-    """Tasks with family "qa" and answer "yes"/"no" (scored by `metrics.strategyqa_match`).
+    """Tasks with family "qa" and answer "yes"/"no" (scored by `formats.answers.strategyqa_match`).
 
     Errors name the file, the 1-based record index as the line, and the field; a bad record raises
     DataError, or is recorded in `skipped` and left out. A file that is not a JSON list always raises.

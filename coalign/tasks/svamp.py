@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coalign.errors import DataError, SkippedRows
-from coalign.metrics import svamp_gold_answer
+from coalign.core.errors import DataError, SkippedRows
+from coalign.formats.answers import svamp_gold_answer
 from coalign.tasks import Task
 from coalign.tasks.arithmetic import Expression, parse
-from coalign.tasks.jsonl import convert_json_list, require, require_text
+from coalign.core.jsonl import convert_json_list, require, require_text
 
 _VERBS = {"+": "Add {b} to {a}", "-": "Subtract {b} from {a}", "*": "Multiply {a} by {b}", "/": "Divide {a} by {b}"}
 

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
-from coalign.errors import DataError, SkippedRows, keep_or_skip
+from coalign.core.errors import DataError, SkippedRows, keep_or_skip
 from coalign.tasks import Task
-from coalign.tasks.jsonl import convert_rows, read_json, require, require_text, type_name
+from coalign.core.jsonl import convert_rows, read_json, require, require_text, type_name
 from coalign.envs.shop import NO_PRICE_LIMIT, Catalogue, Goal, Product, price_upper
 
 PRODUCT_FILES = ("items_shuffle_1000.json", "items_shuffle.json")

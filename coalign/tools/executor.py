@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from coalign.formats import REFERENCE, parse_action, split_actions
+from coalign.formats.lumos import REFERENCE, parse_action, split_actions
 from coalign.tools import maths, qa
 
 Tool = Callable[[str], tuple[str, ...]]

@@ -52,7 +52,7 @@ from typing import Protocol
 
 from rank_bm25 import BM25Plus
 
-from coalign.metrics import squad_normalize
+from coalign.formats.answers import squad_normalize
 from coalign.tools import maths
 from coalign.tools.maths import ToolError
 from coalign.tools.qa_world import bundled_world

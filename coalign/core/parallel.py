@@ -1,0 +1,194 @@
+"""Independent jobs on separate CPU cores, side by side, each with its own log.
+
+A tiny model's training step barely gains from a second torch thread, so two jobs with one
+thread each finish at least as soon as the same jobs one after another with two threads
+(`benchmarks/training_speed.py`: 1.02x-1.14x, process start included). Each job runs in a
+spawned process (no state shared with the parent) and writes
+its terminal output to a log file, so progress bars of parallel jobs do not garble each other;
+the parent shows the jobs side by side (`JobBoard`: each job's latest progress line, read from its log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import re
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from coalign.core.console import make_console
+
+REFRESH_S = 1.0  # how often the live table rereads the logs
+PARENT_CHECK_S = 1.0  # how often a worker checks that the process that started it is still there
+
+
+@dataclass(frozen=True)
+class Job:
+    """A picklable call (a module-level function and its arguments) with a log file for its output."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple = ()
+    log: Path | None = None
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker's initializer: leave as soon as the parent is gone (killed by SIGTERM or SIGKILL, say),
+    rather than go on training unseen beside the next run for as long as its job lasts."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _run_logged(job: Job, threads: int) -> Any:
+    import torch
+
+    torch.set_num_threads(threads)
+    if job.log is None:
+        return job.fn(*job.args)
+    job.log.parent.mkdir(parents=True, exist_ok=True)
+    with open(job.log, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        fd_out, fd_err = os.dup(1), os.dup(2)
+        os.dup2(log.fileno(), 1)  # library progress bars write to the file descriptors, not sys.stdout
+        os.dup2(log.fileno(), 2)
+        try:
+            return job.fn(*job.args)
+        except BaseException:
+            traceback.print_exc()  # into the job's log: the parent learns of the failure only when it is collected
+            raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(fd_out, 1)
+            os.dup2(fd_err, 2)
+            os.close(fd_out)
+            os.close(fd_err)
+
+
+class JobBoard:
+    """What the jobs are doing, shown while they run: on a terminal one live table (per job its state, time
+    and the latest progress line of its log), else one line per job start and finish, so a log or a pipe
+    holds no redrawn lines."""
+
+    def __init__(self, jobs: Sequence[Job], desc: str, console: Console) -> None:
+        self.jobs, self.desc, self.console = jobs, desc, console
+        self.started: dict[int, float] = {}
+        self.finished: dict[int, tuple[float, bool]] = {}  # job -> (seconds, failed)
+        self.live = Live(console=console, auto_refresh=False) if console.is_terminal else None
+
+    def __enter__(self) -> JobBoard:
+        if self.live:
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live:
+            self.refresh()
+            self.live.stop()
+
+    def start(self, i: int) -> None:
+        self.started[i] = time.monotonic()
+        if not self.live:
+            where = f" (log: {self.jobs[i].log})" if self.jobs[i].log else ""
+            self.console.print(f"{self.desc}: {self.jobs[i].name} started{where}", markup=False, highlight=False)
+
+    def finish(self, i: int, failed: bool = False) -> None:
+        seconds = time.monotonic() - self.started[i]
+        self.finished[i] = (seconds, failed)
+        if not self.live:
+            line = f"{self.desc}: {self.jobs[i].name} {'failed' if failed else 'finished'} after {seconds:.0f} s"
+            self.console.print(line, markup=False, highlight=False)
+
+    def refresh(self) -> None:
+        if self.live:
+            self.live.update(self.pipe_table(), refresh=True)
+
+    def pipe_table(self) -> Table:
+        done = len(self.finished)
+        table = Table(title=f"{self.desc}: {done}/{len(self.jobs)} done", title_justify="left", expand=True)
+        table.add_column("job", no_wrap=True)
+        table.add_column("state", no_wrap=True)
+        table.add_column("time", justify="right", no_wrap=True)
+        table.add_column("latest", no_wrap=True, overflow="ellipsis", ratio=1)
+        now = time.monotonic()
+        for i, job in enumerate(self.jobs):
+            if i in self.finished:
+                seconds, failed = self.finished[i]
+                state, latest = ("failed" if failed else "done"), ""
+            elif i in self.started:
+                seconds, state, latest = now - self.started[i], "running", latest_line(job.log)
+            else:
+                seconds, state, latest = 0.0, "waiting", ""
+            table.add_row(job.name, state, f"{seconds:.0f} s" if i in self.started else "", Text(latest))
+        return table
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def latest_line(log: Path | None, tail: int = 4096) -> str:
+    """The last non-empty line a job wrote to its log, progress bars' carriage-return redraws included."""
+    if log is None or not log.exists():
+        return ""
+    with open(log, "rb") as handle:
+        handle.seek(max(0, log.stat().st_size - tail))
+        text = handle.read().decode("utf-8", "replace")
+    lines = [_ANSI.sub("", part).strip() for part in re.split(r"[\r\n]", text)]
+    return next((line for line in reversed(lines) if line), "")
+
+
+def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | None = None) -> list[Any]:
+    """Results of `jobs` in order; with `workers` > 1 they run in that many processes, cores split evenly,
+    a job starting when one finishes, shown on `console` (`JobBoard`).
+
+    A failing job raises in the parent with its log's path in the message.
+    """
+    if not jobs:
+        return []
+    workers = max(1, min(workers, len(jobs)))
+    if workers == 1:  # in this process, its own progress bars on the terminal
+        return [job.fn(*job.args) for job in jobs]
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    results: list[Any] = [None] * len(jobs)
+    waiting, running = list(range(len(jobs))), {}
+    context = multiprocessing.get_context("spawn")
+    with (
+        ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_exit_with_parent, initargs=(os.getpid(),)
+        ) as pool,
+        JobBoard(jobs, f"{desc} ({workers} processes)", console or make_console()) as board,
+    ):
+        while waiting or running:
+            while waiting and len(running) < workers:
+                i = waiting.pop(0)
+                running[pool.submit(_run_logged, jobs[i], threads)] = i
+                board.start(i)
+            finished, _ = wait(running, timeout=REFRESH_S, return_when=FIRST_COMPLETED)
+            for future in finished:
+                i = running.pop(future)
+                try:
+                    results[i] = future.result()
+                except Exception as err:
+                    board.finish(i, failed=True)
+                    where = f" (log: {jobs[i].log})" if jobs[i].log else ""
+                    raise RuntimeError(f"job {jobs[i].name} failed: {err}{where}") from err
+                board.finish(i)
+            board.refresh()
+    return results

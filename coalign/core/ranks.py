@@ -1,0 +1,152 @@
+"""Several processes on one run (`accelerate launch`, `torchrun`): the work shared, one writer, results in order.
+
+The trainers (TRL's SFT, DPO and GRPO) shard their batches themselves. Every other loop (sampling, scoring,
+grounding, evaluation, the critic) goes through `share`: the work is cut into the same batches as in one
+process, each rank takes a contiguous run of them, and the results are gathered back in input order, so a
+batch is computed from the same inputs, padding and seed whichever rank computes it, and a 2-process run
+writes the artifacts a 1-process run writes. Only the main rank writes files (`runs` asks `is_main`), and a
+run stage ends with a barrier, so every rank reads what the main one wrote.
+
+One process (no `WORLD_SIZE` above 1 in the environment) never touches torch.distributed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, TypeVar
+
+from coalign.core.errors import RunError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+_alone = 0  # > 0 while this rank computes its own share: loops inside it run by themselves
+
+
+def world_size() -> int:
+    """Processes in this run, as the launcher (torchrun, accelerate) says; 1 when launched plainly."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    """This process's place among them (0 is the main one, which writes the run folder)."""
+    return int(os.environ.get("RANK", "0")) if world_size() > 1 else 0
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+@lru_cache(maxsize=1)
+def _group():
+    """torch.distributed, its process group started on first use (NCCL on GPUs, gloo on CPUs) unless a trainer
+    started it; accelerate and the trainers then use the same group."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist
+
+
+def barrier() -> None:
+    if world_size() > 1:
+        _group().barrier()
+
+
+def decided(decide: Callable[[], T]) -> T:
+    """`decide()` on the main rank, its answer on every rank (e.g. whether a stage is done: a rank that
+    looked after the main one had finished it would skip what the others still run together)."""
+    if world_size() == 1:
+        return decide()
+    box = [decide() if is_main() else None]
+    _group().broadcast_object_list(box, src=0)
+    return box[0]
+
+
+@contextmanager
+def alone() -> Iterator[None]:
+    """This rank's loops run by themselves inside (its share of the work may generate, e.g. a local critic model:
+    the other ranks, busy with their own shares, would not join a shared loop)."""
+    global _alone
+    _alone += 1
+    try:
+        yield
+    finally:
+        _alone -= 1
+
+
+def _together() -> bool:
+    return world_size() > 1 and not _alone
+
+
+def span(n: int) -> range:
+    """The contiguous share of `n` pieces of work this rank computes (the first ranks take one more)."""
+    if not _together():
+        return range(n)
+    size, r = world_size(), rank()
+    per, extra = divmod(n, size)
+    start = r * per + min(r, extra)
+    return range(start, start + per + (r < extra))
+
+
+def gather(local: list[Any]) -> list[Any]:
+    """Every rank's `local` list, concatenated in rank order (with `span`, the input order)."""
+    if not _together():
+        return local
+    parts: list[list[Any] | None] = [None] * world_size()
+    _group().all_gather_object(parts, local)
+    return [item for part in parts for item in part]  # type: ignore[union-attr]
+
+
+def share(work: Callable[[T], R], pieces: Sequence[T]) -> list[R]:
+    """`work(piece)` for every piece, each computed by one rank, returned to every rank in input order."""
+    return share_all(lambda mine: [work(piece) for piece in mine], pieces)
+
+
+def share_all(work: Callable[[list[T]], list[R]], items: Sequence[T]) -> list[R]:
+    """`work` called once per rank on its contiguous part of `items` (one result per item), the results
+    returned to every rank in input order."""
+    mine = [items[i] for i in span(len(items))]
+    with alone():
+        done = work(mine)
+    return gather(done)
+
+
+def summed(counts: dict) -> dict:
+    """Every rank's counts (nested dicts of numbers) added up, on every rank."""
+
+    def add(a: dict, b: dict) -> dict:
+        out = {}
+        for k, v in a.items():
+            if isinstance(v, dict):
+                out[k] = add(v, b.get(k, {}))
+            else:
+                out[k] = v + b.get(k, 0) if isinstance(v, int | float) and not isinstance(v, bool) else v
+        return out
+
+    total: dict = {}
+    for part in gather([counts]):
+        total = add(part, total) if total else part
+    return total
+
+
+def batch_split(batch_size: int, grad_accum: int, what: str) -> tuple[int, int]:
+    """(per-process batch, accumulation steps) that keep a config's batch per optimizer step whatever the
+    number of processes: accumulation is divided first, then the batch; a RunError (at the stage) when
+    neither divides."""
+    size = world_size()
+    if grad_accum % size == 0:
+        return batch_size, grad_accum // size
+    if batch_size % size == 0:
+        return batch_size // size, grad_accum
+    raise RunError(
+        f"{what}: batch_size {batch_size} x grad_accum {grad_accum} cannot be split over {size} processes; "
+        f"make one of them a multiple of {size}"
+    )

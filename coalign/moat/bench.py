@@ -1,0 +1,192 @@
+"""`coalign bench`: the paper's comparisons on one config, several seeds, one folder.
+
+    for each seed: cold start (Agent Lumos SFT of both agents), evaluated as round 0
+    from that cold start, each recipe runs its rounds:
+        lumos           the baseline at MOAT's training budget (matched SFT rounds on gold data)
+        moat            Algorithm 1
+        moat_no_stage1  / moat_no_stage2 / moat_no_critic: the paper's ablations
+        moat_k{K}       MOAT with K candidates per task (the K sweep, Figure 3)
+    results.json, report.md (Tables 2, 3 and 4 analogues, the premise and the capability gap)
+    and rounds.png / k_sweep.png
+
+Recipes of one seed share its cold start, so they differ only in what their rounds do. Jobs
+that do not depend on each other run side by side (`workers`), each in its own run folder
+with its own log, so any of them resumes on its own after a kill.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from coalign.config import RunConfig
+from coalign.core.console import make_console
+from coalign.core.machine import describe_machine
+from coalign.core.parallel import Job, run_jobs
+from coalign.moat.cold_start import cold_checkpoints, cold_starts, record_split
+from coalign.training.setup import prepare_run, record_config
+from coalign.moat.baseline import matched_rounds
+from coalign.moat.recipe import moat_rounds, refuse_llm_critic_on_turns
+from coalign.core.runs import Run, read_json, write_json
+from coalign.tasks.sources import load_data, refuse_in_rounds, report_skipped
+
+
+@dataclass(frozen=True)
+class Benched:
+    """A recipe as the bench runs it from a seed's shared cold start.
+
+    rounds: (run, config, train, planner, grounder, round0, console) -> the evaluation after every round.
+    section: the config section its variants override (None: it has no variants beyond its name).
+    round_sections: the config sections only its rounds read; the cold start leaves them at their defaults,
+        so benches that differ only in their rounds share a seed's cold start.
+    check: (config, train) -> None, raising RunError for a config that would fail after the cold start.
+    """
+
+    rounds: Callable[..., dict]
+    section: str | None
+    round_sections: tuple[str, ...]
+    check: Callable[..., None] | None = None
+
+
+BENCHED = {
+    "lumos": Benched(matched_rounds, None, ("moat", "grounder_round_sft", "planner_round_sft")),
+    "moat": Benched(moat_rounds, "moat", ("moat", "planner_dpo", "grounder_round_sft"), refuse_llm_critic_on_turns),
+}
+# bench recipe name -> (recipe, overrides of its section): the baseline, MOAT and the paper's ablations
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "lumos": ("lumos", {}),
+    "moat": ("moat", {}),
+    "moat_no_stage1": ("moat", {"stage1": False}),
+    "moat_no_stage2": ("moat", {"stage2": False}),
+    "moat_no_critic": ("moat", {"critic": "none", "critic_options": {}}),  # an llm critic's options do not fit "none"
+}
+SWEEP = ("moat_k", "moat", "k")  # `moat_k8`: recipe moat with moat.k = 8 (the K sweep, Figure 3)
+ROUND_ONLY = frozenset(s for entry in BENCHED.values() for s in entry.round_sections)
+
+
+def bench_variant(name: str) -> tuple[str, dict]:
+    """(recipe, overrides of its config section) that a bench recipe name stands for; ValueError if none."""
+    if name in VARIANTS:
+        return VARIANTS[name]
+    prefix, recipe_name, key = SWEEP
+    if name.startswith(prefix) and name[len(prefix) :].isdigit():
+        return recipe_name, {key: int(name[len(prefix) :])}
+    raise ValueError(f"unknown recipe {name!r}; known: {', '.join([*VARIANTS, f'{prefix}<{key.upper()}>'])}")
+
+
+def recipe_config(config: RunConfig, name: str, seed: int) -> RunConfig:
+    """The config one (bench recipe, seed) runs with: the base config, its seed, and the variant's settings
+    (`bench_variant`: `moat_no_stage1` is recipe moat with moat.stage1 false)."""
+    recipe_name, overrides = bench_variant(name)
+    data = config.model_dump()
+    section = BENCHED[recipe_name].section
+    if section:
+        data[section] = {**data[section], **overrides}
+    data.update(seed=seed, recipe=recipe_name, name=f"{config.name}-{name}")
+    return RunConfig.model_validate(data)
+
+
+def _cold_config(config: RunConfig, seed: int) -> RunConfig:
+    """The cold start's config: round-only settings left at their defaults, so benches that differ only in
+    their rounds (a K sweep, fewer rounds) share the cold start of a seed."""
+    data = {k: v for k, v in config.model_dump().items() if k not in ROUND_ONLY}
+    return RunConfig.model_validate({**data, "seed": seed, "recipe": "lumos"})
+
+
+def _recipe_rounds(config: RunConfig, cold_dir: Path, recipe_dir: Path, round0: dict, train: list) -> dict:
+    console = make_console()
+    run = prepare_run(config, recipe_dir, console)
+    planner, grounder = cold_checkpoints(cold_dir)
+    return BENCHED[config.recipe].rounds(run, config, train, planner, grounder, round0, console)
+
+
+def _round_records(run: Run, rounds: int) -> dict:
+    """Per round: the premise (PPL vs success), DPO and pair statistics, as recorded by the stages."""
+    out = {}
+    for r in range(1, rounds + 1):
+        record = {}
+        premise = run.path(f"round{r}", "premise.json")
+        if premise.exists():
+            record["premise"] = read_json(premise)
+        for stage in ("pairs", "dpo", "critic"):
+            if run.is_done(f"round{r}_{stage}"):
+                info = run.stage_info(f"round{r}_{stage}")
+                record[stage] = {k: v for k, v in info.items() if k not in ("losses", "stage", "finished_at")}
+        out[f"round{r}"] = record
+    return out
+
+
+def run_bench(
+    config: RunConfig,
+    root: str | Path,
+    seeds: list[int],
+    recipes: list[str],
+    workers: int,
+    console: Console,
+    name: str = "",
+    force: bool = False,
+) -> dict:
+    """Run every (seed, recipe), resuming finished work; write results.json, report.md and the plots
+    (prefixed `name-` when given, so several benches can share one folder and its cold starts).
+    Every run folder's config is checked before any work starts; `force` resumes those that differ."""
+    from coalign.moat.report import write_report
+
+    root, started = Path(root), time.time()
+    configs = {(s, r): recipe_config(config, r, s) for s in seeds for r in recipes}  # unknown recipes fail here
+    cold = {s: root / f"seed{s}" / "cold_start" for s in seeds}
+    cold_configs = {s: _cold_config(config, s) for s in seeds}
+    recipe_dirs = {(s, r): root / f"seed{s}" / r for s, r in configs}
+    for s in seeds:
+        record_config(Run(cold[s]), cold_configs[s], force)
+    for key, recipe_dir in recipe_dirs.items():
+        record_config(Run(recipe_dir), configs[key], force)
+    train, data = load_data(config.data.train, config.data.skip_bad_rows)
+    refuse_in_rounds(train, "coalign bench")
+    for run_config in configs.values():
+        check = BENCHED[run_config.recipe].check
+        if check:
+            check(run_config, train)  # before any cold start
+    report_skipped("train", data, console)
+    for folder in [*cold.values(), *recipe_dirs.values()]:
+        record_split(Run(folder), "train", data)
+    for s in seeds:
+        prepare_run(cold_configs[s], cold[s], console)
+    starts = cold_starts({f"seed {s}": (cold_configs[s], cold[s]) for s in seeds}, train, workers, console)
+    round0 = {s: starts[f"seed {s}"][2] for s in seeds}
+    keys = list(configs)
+    histories = run_jobs(
+        [
+            Job(
+                f"seed {s} {r}",
+                _recipe_rounds,
+                (configs[s, r], cold[s], recipe_dirs[s, r], round0[s], train),
+                recipe_dirs[s, r] / "run.log",
+            )
+            for s, r in keys
+        ],
+        workers,
+        "recipes",
+        console,
+    )
+    runs: dict = {r: {} for r in recipes}
+    for (s, r), history in zip(keys, histories):
+        runs[r][str(s)] = {"rounds": history, "stages": _round_records(Run(recipe_dirs[s, r]), config.moat.rounds)}
+    results = {
+        "config": config.model_dump(),
+        "seeds": seeds,
+        "recipes": recipes,
+        "k": {r: configs[seeds[0], r].moat.k for r in recipes},
+        "data": {"train": data},
+        "runs": runs,
+        "wall_seconds": round(time.time() - started, 1),
+        "machine": describe_machine(),
+    }
+    prefix = f"{name}-" if name else ""
+    write_json(root / f"{prefix}results.json", results)
+    write_report(results, root, prefix)
+    console.print(f"[bold]bench[/bold] results in {root}: {prefix}results.json, {prefix}report.md, plots")
+    return results

@@ -1,0 +1,283 @@
+"""Planner -> grounder -> executor over evaluation sets, with the diagnostics MOAT rests on.
+
+Besides end-to-end accuracy, the grounder is also run on the gold subgoals and on blanked
+subgoals: gold minus blanked says how much the subgoals matter at all; gold minus end-to-end
+is the capability gap between what the planner writes and what the grounder needs.
+
+Task families (maths, QA, web) mix in one run: every prompt, blank and answer rule is the task's own
+family's, and grounding PPL is averaged only within a family (its value depends on the family's
+action text, so a mean across families compares nothing; the paper warns of this too). Web sets run
+in Lumos's iterative formulation (`evaluate_iterative`), scored by step success rate or reward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from statistics import mean
+
+from coalign.models.agents import Agent, ground, plan
+from coalign.config import EvalSettings
+from coalign.formats.lumos import FormatError, format_actions, format_subgoals, grounder_prompt, parse_subgoals
+from coalign.formats.lumos_iterative import turn_examples
+from coalign.moat.iterative import Rollout, run_episodes
+from coalign.formats.answers import accuracy, answer_correct, lumos_exact_match
+from coalign.moat.scoring import score_completions
+from coalign.tasks import Task, maths_suite, qa_suite, web_suite
+from coalign.tasks.episodes import grounder_conversation
+from coalign.tools.executor import execute
+
+# Per family, the content-free subgoal that blanks a plan: one of the family's own vague subgoals,
+# so a blanked plan is text the grounder has seen in training, just without information.
+BLANK_SUBGOALS: dict[str, str] = {
+    "maths": maths_suite.BLANK_SUBGOAL,
+    "qa": qa_suite.BLANK_SUBGOAL,
+    "web": web_suite.BLANK_SUBGOAL,
+}
+EXACT_FAMILIES = frozenset({"maths"})  # where Lumos's exact string match is a reported metric
+
+
+def _is_plan(text: str) -> bool:
+    try:
+        parse_subgoals(text)
+    except FormatError:
+        return False
+    return True
+
+
+def blank_plan(task: Task) -> str:
+    """The task's plan with every subgoal replaced by its family's blank (same count)."""
+    if task.family not in BLANK_SUBGOALS:
+        raise KeyError(f"no blank subgoal for family {task.family!r}; add one to evaluate.BLANK_SUBGOALS")
+    return format_subgoals([BLANK_SUBGOALS[task.family]] * len(task.subgoals))
+
+
+def set_family(tasks: Sequence[Task]) -> str:
+    """The task family of an evaluation set; a set mixing families is named by all of them (`maths+qa`)."""
+    return "+".join(sorted({t.family for t in tasks}))
+
+
+def _score(tasks: Sequence[Task], action_texts: Sequence[str]) -> tuple[list, list[bool], list[bool | None]]:
+    """Traces, correctness by each task's answer rule, and Lumos exact match where it is defined (else None)."""
+    traces = [execute(a, t.family) for t, a in zip(tasks, action_texts, strict=True)]
+    ok = [answer_correct(tr.answer, t.answer, t.family, t.dataset) for tr, t in zip(traces, tasks)]
+    exact = [
+        tr.answer is not None and lumos_exact_match(tr.answer, t.answer) if t.family in EXACT_FAMILIES else None
+        for tr, t in zip(traces, tasks)
+    ]
+    return traces, ok, exact
+
+
+def grounding_ppl(grounder: Agent, tasks: Sequence[Task], plans: Sequence[str], batch_size: int) -> list[float]:
+    """Per task, the grounder's perplexity of the gold actions given the planner's subgoals (Table 4).
+
+    Lower means the plan is one the grounder can ground into the right actions; MOAT's stage 1
+    reward is this quantity, so its fall over rounds is the paper's evidence of alignment.
+    """
+    users = [grounder_prompt(t.question, p, t.family) for t, p in zip(tasks, plans, strict=True)]
+    gold = [format_actions(list(t.actions)) for t in tasks]
+    return [s.ppl for s in score_completions(grounder, users, gold, batch_size, desc="grounding PPL")]
+
+
+def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], settings: EvalSettings, name: str):
+    """Metrics and per-task prediction rows for one evaluation set.
+
+    `accuracy` is by each task's benchmark rule (`formats.answers.answer_correct`); `lumos_exact` (string
+    equality, Lumos's maths metric) is given only for a set whose tasks are all of EXACT_FAMILIES.
+    A set of iterative tasks (the web family) is run by Lumos's iterative loop: `evaluate_iterative`.
+    """
+    if any(t.iterative for t in tasks):
+        if not all(t.iterative for t in tasks):
+            raise ValueError(f"{name}: a set mixes iterative (web) and onetime tasks; give them as separate sets")
+        return evaluate_iterative(planner, grounder, tasks, settings, name)
+    b, plan_len, ground_len = settings.batch_size, settings.max_new_tokens_plan, settings.max_new_tokens_ground
+    plans = plan(planner, [t.question for t in tasks], plan_len, b)
+    actions = ground(grounder, tasks, plans, ground_len, b, desc=f"{name}: grounder on planner subgoals")
+    traces, ok, exact = _score(tasks, actions)
+    ppl = grounding_ppl(grounder, tasks, plans, b)
+    metrics: dict = {"n": len(tasks), "accuracy": accuracy(ok)}
+    if all(e is not None for e in exact):
+        metrics["lumos_exact"] = accuracy(exact)
+    metrics |= {"plan_well_formed": accuracy(_is_plan(p) for p in plans), "grounding_ppl": mean(ppl)}
+    rows = [
+        {
+            "id": t.id,
+            "dataset": t.dataset,
+            "question": t.question,
+            "gold_answer": t.answer,
+            "plan": p,
+            "actions": a,
+            "pred": tr.answer,
+            "error": tr.error,
+            "correct": c,
+            "lumos_exact": e,
+            "grounding_ppl": x,
+        }
+        for t, p, a, tr, c, e, x in zip(tasks, plans, actions, traces, ok, exact, ppl)
+    ]
+    if settings.diagnostics:
+        gold = [format_subgoals(t.subgoals) for t in tasks]
+        blank = [blank_plan(t) for t in tasks]
+        gold_actions = ground(grounder, tasks, gold, ground_len, b, desc=f"{name}: grounder on gold subgoals")
+        blank_actions = ground(grounder, tasks, blank, ground_len, b, desc=f"{name}: grounder on blanked subgoals")
+        _, gold_ok, _ = _score(tasks, gold_actions)
+        _, blank_ok, _ = _score(tasks, blank_actions)
+        metrics["grounder_acc_gold_subgoals"] = accuracy(gold_ok)
+        metrics["grounder_acc_blank_subgoals"] = accuracy(blank_ok)
+        metrics["capability_gap"] = metrics["grounder_acc_gold_subgoals"] - metrics["accuracy"]
+        by_style: dict[str, list[bool]] = defaultdict(list)
+        for t, g in zip(tasks, gold_ok):
+            if t.subgoal_styles:
+                by_style[t.subgoal_styles[0]].append(g)
+        if by_style:
+            metrics["grounder_acc_gold_by_style"] = {s: accuracy(v) for s, v in sorted(by_style.items())}
+            metrics["style_counts"] = {s: len(v) for s, v in sorted(by_style.items())}
+        for row, ga, go, ba, bo in zip(rows, gold_actions, gold_ok, blank_actions, blank_ok):
+            row.update(
+                gold_subgoal_actions=ga, gold_subgoal_correct=go, blank_subgoal_actions=ba, blank_subgoal_correct=bo
+            )
+    return metrics, rows
+
+
+# --------------------------------------------------------------------------- iterative (web) sets
+
+
+def web_set_score(rollouts: Sequence[Rollout]) -> tuple[str, float]:
+    """(metric name, value) of a web set, as Lumos reports it: Mind2Web's step success rate micro-averaged
+    over all gold steps (right steps / steps) for site tasks, the mean WebShop reward for shopping goals."""
+    kinds = {type(r.episode) for r in rollouts}
+    if len(kinds) != 1:
+        raise ValueError(
+            "a web set mixes site tasks and shopping goals; give them as separate sets"
+            if kinds
+            else "no rollouts to score"
+        )
+    kind = kinds.pop()
+    return kind.metric, kind.set_score([r.episode for r in rollouts])
+
+
+def gold_grounding_ppl(grounder: Agent, tasks: Sequence[Task], batch_size: int) -> list[float | None]:
+    """Per task, the grounder's perplexity of the gold actions given the *gold* subgoals, teacher-forced over
+    the gold grounder conversation (every turn in the context of the gold turns before it): exp(total NLL /
+    total tokens) over all its assistant turns; None for a task without a gold plan.
+
+    The onetime quantity (gold actions given the planner's subgoals) is not defined here: the planner's
+    subgoals need not match the gold ones in number, nor align with the gold action groups turn by turn. So
+    web sets report this one, under its own key (`grounding_ppl_gold_subgoals`), never as `grounding_ppl`:
+    it measures the grounder alone and does not move with the planner.
+    """
+    owners, users, completions = [], [], []
+    for i, task in enumerate(tasks):
+        if task.subgoals and task.actions:
+            for prompt, completion in turn_examples(grounder_conversation(task)):
+                owners.append(i)
+                users.append(prompt)
+                completions.append(completion)
+    scores = score_completions(grounder, users, completions, batch_size, desc="grounding PPL | gold subgoals")
+    nll, count = defaultdict(float), defaultdict(int)
+    for i, score in zip(owners, scores):
+        nll[i] += score.nll_sum
+        count[i] += score.n_tokens
+    return [math.exp(nll[i] / count[i]) if count[i] else None for i in range(len(tasks))]
+
+
+def _by_style(tasks: Sequence[Task], rollouts: Sequence[Rollout]) -> dict[str, list[Rollout]]:
+    groups: dict[str, list[Rollout]] = defaultdict(list)
+    for task, rollout in zip(tasks, rollouts):
+        if task.subgoal_styles:
+            groups[task.subgoal_styles[0]].append(rollout)
+    return groups
+
+
+def evaluate_iterative(planner: Agent, grounder: Agent, tasks: Sequence[Task], settings: EvalSettings, name: str):
+    """Metrics and prediction rows for a set of web tasks, run by Lumos's iterative loop (`coalign.iterative`).
+
+    `accuracy` is the set's benchmark metric (`web_set_score`: step success rate for Mind2Web-like sites,
+    mean reward for WebShop-like shopping), so split averages mix it with the other families' accuracy as
+    the paper's Table 2 does; `metric` names it and it is also given under that name. `task_success`: share of
+    tasks scoring 1. `plan_well_formed`: share whose planner turns all parsed. The diagnostics feed the
+    grounder the gold subgoals, or as many blanked ones, turn by turn in place of the planner's, each scored
+    by the same metric. Grounding PPL: see `gold_grounding_ppl`.
+    """
+    b = settings.batch_size
+    rollouts = run_episodes(planner, grounder, tasks, settings, "planner", desc=f"{name}: planner -> grounder")
+    metric, value = web_set_score(rollouts)
+    metrics: dict = {"n": len(tasks), "accuracy": value, "metric": metric, metric: value}
+    metrics["task_success"] = accuracy(r.score == 1.0 for r in rollouts)
+    metrics["plan_well_formed"] = accuracy(r.stop != "malformed planner turn" for r in rollouts)
+    metrics["stops"] = dict(sorted(Counter(r.stop for r in rollouts).items()))
+    ppl = gold_grounding_ppl(grounder, tasks, b)
+    known = [x for x in ppl if x is not None]
+    if known:
+        metrics["grounding_ppl_gold_subgoals"] = mean(known)
+    rows = [
+        {
+            "id": t.id,
+            "dataset": t.dataset,
+            "question": t.question,
+            "plan": format_subgoals(r.subgoals) if r.subgoals else "",
+            **r.to_json(),
+            "correct": r.score == 1.0,
+            "grounding_ppl_gold_subgoals": x,
+        }
+        for t, r, x in zip(tasks, rollouts, ppl)
+    ]
+    planned = [i for i, t in enumerate(tasks) if t.subgoals]
+    if settings.diagnostics and planned:
+        chosen = [tasks[i] for i in planned]
+        blank = BLANK_SUBGOALS["web"]
+        gold = run_episodes(None, grounder, chosen, settings, "gold", desc=f"{name}: grounder on gold subgoals")
+        blanked = run_episodes(
+            None, grounder, chosen, settings, "blank", blank, desc=f"{name}: grounder on blanked subgoals"
+        )
+        metrics["grounder_acc_gold_subgoals"] = web_set_score(gold)[1]
+        metrics["grounder_acc_blank_subgoals"] = web_set_score(blanked)[1]
+        metrics["capability_gap"] = metrics["grounder_acc_gold_subgoals"] - metrics["accuracy"]
+        by_style = _by_style(chosen, gold)
+        if by_style:
+            metrics["grounder_acc_gold_by_style"] = {s: web_set_score(v)[1] for s, v in sorted(by_style.items())}
+            metrics["style_counts"] = {s: len(v) for s, v in sorted(by_style.items())}
+        for i, g, k in zip(planned, gold, blanked):
+            rows[i].update(
+                gold_subgoal_actions=g.actions,
+                gold_subgoal_score=g.score,
+                gold_subgoal_correct=g.score == 1.0,
+                blank_subgoal_actions=k.actions,
+                blank_subgoal_score=k.score,
+                blank_subgoal_correct=k.score == 1.0,
+            )
+    return metrics, rows
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+PPL_KEYS = ("grounding_ppl", "grounding_ppl_gold_subgoals")  # averaged within one task family only
+
+
+def split_summary(per_set: dict[str, dict], families: dict[str, str] | None = None) -> dict:
+    """Plain mean over the evaluation sets of a split, as the paper averages its task metrics (Table 2
+    averages GSM8K, StrategyQA and Mind2Web alike). Grounding PPL only when the sets (`families`: set
+    name -> family) are of one family; `family_summaries` gives it per family."""
+    if families is not None and len(set(families.values())) > 1:
+        per_set = {k: {m: v for m, v in metrics.items() if m not in PPL_KEYS} for k, metrics in per_set.items()}
+    keys = [
+        "accuracy",
+        "lumos_exact",
+        "task_success",
+        "grounder_acc_gold_subgoals",
+        "grounder_acc_blank_subgoals",
+        "capability_gap",
+        "plan_well_formed",
+        *PPL_KEYS,
+    ]
+    return {k: mean(m[k] for m in per_set.values()) for k in keys if per_set and all(k in m for m in per_set.values())}
+
+
+def family_summaries(per_set: dict[str, dict], families: dict[str, str]) -> dict[str, dict]:
+    """`split_summary` of each family's sets: where grounding PPL can be compared."""
+    return {
+        family: split_summary({k: m for k, m in per_set.items() if families[k] == family})
+        for family in sorted(set(families.values()))
+    }

@@ -1,0 +1,484 @@
+"""The bench's report: mean ± std over seeds, as markdown tables and PNG plots, from results.json alone.
+
+Pure functions from the results dict to tables; matplotlib only at the edge (`write_report`).
+Accuracies are percentages, perplexities raw. Accuracy columns follow the paper's Table 2: each
+evaluation set, then the split's mean over its sets whatever their task family; perplexities are
+averaged only within a family, since a PPL is only comparable on the same kind of action text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coalign.core.machine import machine_summary
+from coalign.core.runs import atomic_write_text
+from coalign.reports.stats import fmt, mean_std, paired_diff, paired_t, seeds_of, t_bars
+from coalign.reports.tables import pipe_table
+
+NAMES = {
+    "lumos": "Lumos (matched budget)",
+    "moat": "MOAT",
+    "moat_no_stage1": "MOAT w/o stage 1",
+    "moat_no_stage2": "MOAT w/o stage 2",
+    "moat_no_critic": "MOAT w/o critic",
+}
+COLD = "Lumos (cold start)"
+
+
+def name(recipe: str) -> str:
+    return NAMES.get(recipe, f"MOAT K={recipe[6:]}" if recipe.startswith("moat_k") else recipe)
+
+
+def recipe_seeds(results: dict, recipe: str) -> list[str]:
+    """The bench's seeds a recipe ran on: a merged bench may run its ablations on fewer seeds than its main pair."""
+    runs = results["runs"].get(recipe, {})
+    return [s for s in seeds_of(results) if s in runs]
+
+
+def row_label(results: dict, recipe: str) -> str:
+    """The recipe's name, and its seeds when they are not all the bench's (its row then averages fewer)."""
+    seeds = recipe_seeds(results, recipe)
+    if len(seeds) == len(seeds_of(results)):
+        return name(recipe)
+    return f"{name(recipe)} (seed{'s' if len(seeds) != 1 else ''} {', '.join(seeds)})"
+
+
+def rounds_of(results: dict) -> list[str]:
+    return [f"round{r}" for r in range(results["config"]["moat"]["rounds"] + 1)]
+
+
+def _metrics_of(block: dict, dataset: str | None, family: str | None) -> dict:
+    """A split's metrics for one evaluation set, one family's average, or (neither given) the split's average."""
+    if dataset:
+        return block.get("sets", {}).get(dataset, {})
+    if family:
+        return block.get("family_average", {}).get(family, {})
+    return block.get("average", {})
+
+
+def values(
+    results: dict,
+    recipe: str,
+    round_: str,
+    split: str,
+    metric: str,
+    dataset: str | None = None,
+    family: str | None = None,
+) -> list:
+    """One metric over the seeds: one evaluation set's value, one family's average, or the split's average."""
+    out = []
+    for run in results["runs"].get(recipe, {}).values():
+        m = _metrics_of(run["rounds"].get(round_, {}).get(split, {}), dataset, family)
+        if metric in m:
+            out.append(m[metric])
+    return out
+
+
+def _round0_block(results: dict, split: str) -> dict:
+    for recipe in results["runs"].values():
+        for run in recipe.values():
+            return run["rounds"]["round0"][split]
+    return {}
+
+
+def datasets(results: dict, split: str) -> list[str]:
+    return list(_round0_block(results, split).get("sets", {}))
+
+
+def families(results: dict, split: str) -> list[str]:
+    """The task families of a split's sets; none in results written before families were recorded."""
+    return list(_round0_block(results, split).get("family_average", {}))
+
+
+def _columns(results: dict) -> list[tuple[str, str | None]]:
+    """(split, dataset or None for the split's average), as the paper's Table 2 orders them."""
+    cols: list[tuple[str, str | None]] = []
+    for split in ("heldin", "heldout"):
+        cols += [(split, d) for d in datasets(results, split)] + [(split, None)]
+    return cols
+
+
+def set_metric(results: dict, split: str, dataset: str) -> str | None:
+    """The benchmark metric a set's accuracy column holds when it is not accuracy (web sets: Mind2Web's
+    `step_success_rate`, WebShop's `reward`), else None."""
+    return _round0_block(results, split).get("sets", {}).get(dataset, {}).get("metric")
+
+
+def _headers(results: dict, cols) -> list[str]:
+    def label(split: str, dataset: str | None) -> str:
+        if not dataset:
+            return f"{split} avg"
+        metric = set_metric(results, split, dataset)
+        return f"{dataset} ({split}, {metric.replace('_', ' ')})" if metric else f"{dataset} ({split})"
+
+    return [label(s, d) for s, d in cols]
+
+
+def ppl_key(results: dict, split: str, dataset: str | None = None, family: str | None = None) -> str:
+    """The grounding PPL a column shows: `grounding_ppl` (gold actions given the planner's subgoals), or for
+    web sets and the web family `grounding_ppl_gold_subgoals` (given the gold subgoals, turn by turn: the
+    planner's turns need not align with the gold action groups; see `evaluate.gold_grounding_ppl`)."""
+    m = _metrics_of(_round0_block(results, split), dataset, family)
+    return (
+        "grounding_ppl_gold_subgoals"
+        if "grounding_ppl" not in m and "grounding_ppl_gold_subgoals" in m
+        else "grounding_ppl"
+    )
+
+
+def _ppl_suffix(key: str) -> str:
+    return " [gold sg]" if key == "grounding_ppl_gold_subgoals" else ""
+
+
+def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: str = "accuracy", row=None) -> str:
+    """Final-round metric per evaluation set and per split average (Tables 2 and 3)."""
+    row = row or (lambda recipe: row_label(results, recipe))
+    final, cols = rounds_of(results)[-1], _columns(results)
+    rows = []
+    first = next((r for r in recipes if r in results["runs"]), None)
+    if with_cold and first:
+        rows.append([COLD] + [fmt(values(results, first, "round0", s, metric, d)) for s, d in cols])
+    for recipe in recipes:
+        if recipe in results["runs"]:
+            rows.append([row(recipe)] + [fmt(values(results, recipe, final, s, metric, d)) for s, d in cols])
+    return pipe_table(["method"] + _headers(results, cols), rows)
+
+
+def _ppl_columns(results: dict) -> list[tuple[str, str | None, str | None]]:
+    """(split, dataset, family): each evaluation set, then each family's average (the split's average in
+    results without families)."""
+    cols: list[tuple[str, str | None, str | None]] = []
+    for split in ("heldin", "heldout"):
+        cols += [(split, d, None) for d in datasets(results, split)]
+        cols += [(split, None, f) for f in families(results, split)] or [(split, None, None)]
+    return cols
+
+
+def ppl_table(results: dict, recipes: list[str]) -> str:
+    """Grounding PPL of the gold actions given the planner's subgoals, before and after the rounds (Table 4),
+    per evaluation set and per task family; web columns (marked "[gold sg]") hold it given the gold subgoals."""
+    final, cols = rounds_of(results)[-1], _ppl_columns(results)
+    keys = [ppl_key(results, s, d, f) for s, d, f in cols]
+    rows = []
+    for recipe in recipes:
+        if recipe in results["runs"]:
+            for when, round_ in (("round 0", "round0"), (final.replace("round", "round "), final)):
+                row = [f"{row_label(results, recipe)}, {when}"]
+                row += [
+                    fmt(values(results, recipe, round_, s, key, d, f), percent=False)
+                    for (s, d, f), key in zip(cols, keys)
+                ]
+                rows.append(row)
+    headers = [
+        (f"{d} ({s})" if d else f"{s} {f} avg" if f else f"{s} avg") + _ppl_suffix(key)
+        for (s, d, f), key in zip(cols, keys)
+    ]
+    return pipe_table(["method"] + headers, rows)
+
+
+def per_round_table(results: dict, recipes: list[str]) -> str:
+    """Accuracy, grounding PPL (per task family) and capability gap after every round (Figure 4 in numbers)."""
+    fams = {split: families(results, split) or [None] for split in ("heldin", "heldout")}
+    rows = []
+    for recipe in recipes:
+        if recipe not in results["runs"]:
+            continue
+        for round_ in rounds_of(results):
+            row = [row_label(results, recipe), round_.replace("round", "")]
+            for split in ("heldin", "heldout"):
+                row += [
+                    fmt(values(results, recipe, round_, split, "accuracy")),
+                    fmt(values(results, recipe, round_, split, "grounder_acc_gold_subgoals")),
+                    fmt(values(results, recipe, round_, split, "capability_gap")),
+                ]
+                row += [
+                    fmt(values(results, recipe, round_, split, ppl_key(results, split, family=f), family=f), False)
+                    for f in fams[split]
+                ]
+            rows.append(row)
+    headers = ["method", "round"]
+    for split, split_name in (("heldin", "held-in"), ("heldout", "held-out")):
+        headers += [f"{split_name} acc", f"{split_name} gold-sg acc", f"{split_name} gap"]
+        headers += [
+            (f"{split_name} {f} PPL" if f else f"{split_name} PPL") + _ppl_suffix(ppl_key(results, split, family=f))
+            for f in fams[split]
+        ]
+    return pipe_table(headers, rows)
+
+
+def paired_diffs(results: dict, recipe: str, baseline: str, split: str, dataset: str | None = None) -> list[float]:
+    """recipe − baseline accuracy after the last round, on each seed both ran: a seed's recipes share its cold
+    start, so these are paired."""
+    final = rounds_of(results)[-1]
+
+    def accuracy(r: str, seed: str):
+        block = results["runs"].get(r, {}).get(seed, {}).get("rounds", {}).get(final, {}).get(split, {})
+        return _metrics_of(block, dataset, None).get("accuracy")
+
+    pairs = [(accuracy(recipe, s), accuracy(baseline, s)) for s in seeds_of(results)]
+    return [paired_diff(a, b) for a, b in pairs if a is not None and b is not None]
+
+
+def comparisons(results: dict, recipes: list[str]) -> list[tuple[str, str]]:
+    """(recipe, baseline) pairs to difference: every recipe against the matched Lumos baseline, and every
+    ablation against the full MOAT (what removing its part costs)."""
+    ran = [r for r in recipes if r in results["runs"] and not r.startswith("moat_k")]
+    pairs = [(r, "lumos") for r in ran if r != "lumos" and "lumos" in ran]
+    return pairs + [(r, "moat") for r in ran if r.startswith("moat_no_") and "moat" in ran]
+
+
+def paired_table(results: dict, pairs: list[tuple[str, str]]) -> str:
+    """Each pair's split averages, seed by seed, with the mean and the paired t."""
+    rows = []
+    for recipe, baseline in pairs:
+        row = [f"{name(recipe)} − {name(baseline)}"]
+        for split in ("heldin", "heldout"):
+            diffs = paired_diffs(results, recipe, baseline, split)
+            row += [" / ".join(f"{100 * d:+.1f}" for d in diffs), fmt(diffs), paired_t(diffs)]
+        rows.append(row)
+    headers = ["difference (points)", "held-in, per seed", "held-in mean", "held-in t"]
+    headers += ["held-out, per seed", "held-out mean", "held-out t"]
+    return pipe_table(headers, rows)
+
+
+def shared_seeds(results: dict, recipe: str, baseline: str) -> list[str]:
+    """The seeds both recipes ran: the pairs their differences are taken over."""
+    return [seed for seed in recipe_seeds(results, recipe) if seed in results["runs"].get(baseline, {})]
+
+
+def paired_columns_table(results: dict, pairs: list[tuple[str, str]]) -> str:
+    """Each pair's difference in every column (each evaluation set and split average): mean ± std over the
+    seeds both ran (listed), and the paired t in brackets where there are two seeds or more."""
+    cols, rows = _columns(results), []
+    for recipe, baseline in pairs:
+        diffs = [paired_diffs(results, recipe, baseline, s, d) for s, d in cols]
+        cells = [fmt(d) + (f" (t {t})" if (t := paired_t(d)) != "-" else "") for d in diffs]
+        rows.append([f"{name(recipe)} − {name(baseline)}", ", ".join(shared_seeds(results, recipe, baseline))] + cells)
+    return pipe_table(["difference (points)", "seeds"] + _headers(results, cols), rows)
+
+
+def subgoals_matter_table(results: dict, recipes: list[str]) -> str:
+    """Grounder accuracy given gold vs blanked subgoals: the gap says how much the plan matters at all."""
+    final = rounds_of(results)[-1]
+    first = next((r for r in recipes if r in results["runs"]), None)
+    rows = []
+    for method, recipe, round_ in [(COLD, first, "round0")] + [(None, r, final) for r in recipes]:
+        if recipe in results["runs"]:
+            row = [method or row_label(results, recipe)]
+            for split in ("heldin", "heldout"):
+                row += [
+                    fmt(values(results, recipe, round_, split, k))
+                    for k in ("grounder_acc_gold_subgoals", "grounder_acc_blank_subgoals")
+                ]
+            rows.append(row)
+    return pipe_table(["method", "held-in gold sg", "held-in blank sg", "held-out gold sg", "held-out blank sg"], rows)
+
+
+def _premise_cells(premise: list[dict]) -> list[str]:
+    """AUC, point-biserial r and success rate over the seeds' premise records."""
+    return [
+        fmt([p["nll_success_auc"] for p in premise if p.get("nll_success_auc") is not None], False),
+        fmt(
+            [p["nll_success_point_biserial"] for p in premise if p.get("nll_success_point_biserial") is not None], False
+        ),
+        fmt([p["grounding_success_rate"] for p in premise]),
+    ]
+
+
+def premise_table(results: dict, recipes: list[str]) -> str:
+    """Per round: does a candidate's grounder NLL predict its grounding's success? And what stage 1 kept.
+    A run of several task families adds a row per family under the pooled one (NLLs compare within one)."""
+    rows = []
+    for recipe in recipes:
+        method = row_label(results, recipe)
+        for round_ in rounds_of(results)[1:]:
+            stages = [run["stages"].get(round_, {}) for run in results["runs"].get(recipe, {}).values()]
+            premise = [s["premise"] for s in stages if s.get("premise")]
+            pairs = [s["pairs"] for s in stages if "pairs" in s]
+            dpo = [s["dpo"] for s in stages if s.get("dpo", {}).get("reward_accuracies")]
+            if not (premise or pairs):
+                continue
+            number = round_.replace("round", "")
+            rows.append(
+                [method, number, *_premise_cells(premise)]
+                + [fmt([p["kept_fraction"] for p in pairs]), fmt([d["reward_accuracies"][-1] for d in dpo])]
+            )
+            for family in sorted({f for p in premise for f in p.get("by_family", {})}):
+                of_family = [p["by_family"][family] for p in premise if family in p.get("by_family", {})]
+                rows.append([f"{method}, {family} only", number, *_premise_cells(of_family), "", ""])
+    headers = ["method", "round", "AUC (low NLL → success)", "point-biserial r", "candidates grounded right (%)"]
+    return pipe_table(headers + ["pairs kept (%)", "DPO reward acc, last log (%)"], rows)
+
+
+def _ppl_note(table: str) -> list[str]:
+    """The PPL table's note on web columns, when it has any."""
+    if "[gold sg]" not in table:
+        return []
+    return [
+        "Columns marked [gold sg] (web sets) hold the grounder's PPL of the gold actions given the gold subgoals, "
+        "turn by turn: a web planner's turns need not align with the gold action groups.",
+        "",
+    ]
+
+
+def _ran_on(results: dict) -> str:
+    """Where the numbers came from: one machine, or each distinct machine of a merged bench's parts."""
+    recorded = [results["machine"]] if "machine" in results else list(results.get("machines", {}).values())
+    machines = list(dict.fromkeys(map(machine_summary, recorded)))
+    if len(machines) > 1:
+        return f" Ran on {len(machines)} machines: {'; '.join(machines)}."
+    return f" Ran on {machines[0]}." if machines else ""
+
+
+def _wall_time(results: dict) -> str:
+    merged = results.get("merged_from")
+    if not merged:
+        return f"Wall time of this invocation: {results['wall_seconds']:.0f} s.{_ran_on(results)}"
+    total = f"; their wall time in all: {results['wall_seconds']:.0f} s" if "wall_seconds" in results else ""
+    return f"Merged from {len(merged)} invocations ({', '.join(merged)}){total}.{_ran_on(results)}"
+
+
+def report_markdown(results: dict) -> str:
+    """The whole report: what ran, then one table per claim."""
+    recipes = results["recipes"]
+    main = [r for r in ("lumos", "moat") if r in recipes]
+    ablations = [r for r in recipes if r == "moat" or r.startswith("moat_no_")]
+    sweep = [r for r in recipes if r.startswith("moat_k")]
+    seeds = results["seeds"]
+    cfg = results["config"]
+    pairs = comparisons(results, recipes)
+    against_lumos = [p for p in pairs if p[1] == "lumos"]
+    against_moat = [p for p in pairs if p[1] == "moat"]
+    lines = [
+        f"# coalign bench: {cfg['name']}",
+        "",
+        f"Seeds {', '.join(map(str, seeds))}; values are mean ± sample std over seeds. "
+        f"{cfg['moat']['rounds']} rounds on {cfg['moat']['tasks'] or 'all'} training tasks, K={cfg['moat']['k']}, "
+        f"critic `{cfg['moat']['critic']}`. {_wall_time(results)}",
+        "",
+        "## Main result (Table 2 analogue): end-to-end accuracy (%) after the last round",
+        "",
+        "Each evaluation set scored by its benchmark's rule; a split's avg is the mean over its sets.",
+        "",
+        accuracy_table(results, main, with_cold=True),
+        "",
+        *(
+            [
+                "Paired by seed (each seed's recipes start from the same cold start), accuracy points after the "
+                "last round:",
+                "",
+                paired_table(results, against_lumos),
+                "",
+                "The same differences in every column (mean ± std over seeds, paired t in brackets):",
+                "",
+                paired_columns_table(results, against_lumos),
+                "",
+            ]
+            if against_lumos
+            else []
+        ),
+        *([bars, ""] if (bars := t_bars([len(shared_seeds(results, *pair)) for pair in pairs])) else []),
+        "## Do the subgoals matter? Grounder accuracy (%) given the gold vs blanked subgoals, after the last round",
+        "",
+        subgoals_matter_table(results, main),
+        "",
+    ]
+    if any(len(datasets(results, split)) > 1 for split in ("heldin", "heldout")):
+        for key, given in (("grounder_acc_gold_subgoals", "gold"), ("grounder_acc_blank_subgoals", "blanked")):
+            lines += [f"Per evaluation set, the grounder given the {given} subgoals (%):", ""]
+            lines += [accuracy_table(results, main, with_cold=True, metric=key), ""]
+    if len(ablations) > 1:
+        lines += ["## Ablations (Table 3 analogue): accuracy (%) after the last round", ""]
+        lines += [accuracy_table(results, ablations, with_cold=False), ""]
+    if against_moat:
+        lines += ["Each ablation minus the full MOAT, paired by seed (what removing the part costs), points:", ""]
+        lines += [paired_table(results, against_moat), "", paired_columns_table(results, against_moat), ""]
+    lines += [
+        "## Grounding PPL of the gold actions given the planner's subgoals (Table 4 analogue; lower is better)",
+        "",
+        *_ppl_note(ppl_table(results, main)),
+        ppl_table(results, main),
+        "",
+        "## Every round (Figure 4 in numbers): accuracy, grounder accuracy on gold subgoals, capability gap "
+        "(gold-sg acc − acc), PPL",
+        "",
+        per_round_table(results, [r for r in recipes if not r.startswith("moat_k")]),
+        "",
+        "## The premise, per round: grounder NLL of the gold actions vs the candidate's grounding success",
+        "",
+        "AUC: the chance that a successful candidate has a lower NLL than a failed one (0.5 = no signal).",
+        "",
+        premise_table(results, [r for r in recipes if r != "lumos"]),
+        "",
+    ]
+    if sweep:
+        lines += ["## K sweep (Figure 3 analogue): accuracy (%) after the last round", ""]
+        order = sorted(sweep + (["moat"] if "moat" in recipes else []), key=lambda r: results["k"][r])
+        lines += [accuracy_table(results, order, with_cold=False, row=lambda r: f"MOAT K={results['k'][r]}"), ""]
+    return "\n".join(lines)
+
+
+def _plot_rounds(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recipes = [r for r in results["recipes"] if not r.startswith("moat_k")]
+    rounds = rounds_of(results)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    panels = [("heldin", "accuracy", "held-in accuracy (%)"), ("heldout", "accuracy", "held-out accuracy (%)")]
+    panels.append(("heldin", "grounding_ppl", "held-in grounding PPL"))
+    fams = families(results, "heldin")
+    for ax, (split, metric, title) in zip(axes, panels):
+        scale = 100 if metric == "accuracy" else 1
+        lines = [(recipe, None) for recipe in recipes]
+        if metric == "grounding_ppl" and fams:  # one line per family: PPLs of families do not average
+            lines = [(recipe, f) for recipe in recipes for f in fams]
+        for recipe, family in lines:
+            key = ppl_key(results, split, family=family) if metric == "grounding_ppl" else metric
+            stats = [
+                mean_std([scale * v for v in values(results, recipe, r, split, key, family=family)] or [float("nan")])
+                for r in rounds
+            ]
+            label = f"{name(recipe)} ({family})" if family and len(fams) > 1 else name(recipe)
+            label += _ppl_suffix(key)
+            ax.errorbar(range(len(rounds)), [m for m, _ in stats], yerr=[s for _, s in stats], label=label, capsize=3)
+        ax.set_title(title)
+        ax.set_xlabel("round")
+        ax.set_xticks(range(len(rounds)))
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_k_sweep(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recipes = sorted(
+        (r for r in results["recipes"] if r.startswith("moat_k") or r == "moat"), key=lambda r: results["k"][r]
+    )
+    final = rounds_of(results)[-1]
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    for split in ("heldin", "heldout"):
+        stats = [mean_std([100 * v for v in values(results, r, final, split, "accuracy")]) for r in recipes]
+        ks = [results["k"][r] for r in recipes]
+        ax.errorbar(ks, [m for m, _ in stats], yerr=[s for _, s in stats], marker="o", capsize=3, label=split)
+    ax.set_xlabel("K (subgoal candidates per task)")
+    ax.set_ylabel(f"accuracy after {final} (%)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(results: dict, root: Path, prefix: str = "") -> None:
+    """report.md, rounds.png and (with a K sweep) k_sweep.png in `root`, each name after `prefix`."""
+    atomic_write_text(root / f"{prefix}report.md", report_markdown(results) + "\n")
+    _plot_rounds(results, root / f"{prefix}rounds.png")
+    if any(r.startswith("moat_k") for r in results["recipes"]):
+        _plot_k_sweep(results, root / f"{prefix}k_sweep.png")

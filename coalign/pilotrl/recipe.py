@@ -1,0 +1,349 @@
+"""PilotRL: one model, SFT on expert episodes in AdaPlan (or ReAct) format, GRPO stages, then evaluation.
+
+Read top to bottom: the expert's episodes on the held-in environments (plans chosen by
+generate-then-select, `expert.py`), a tiny model when asked for one, SFT with observations masked from
+the loss (the cold start), the GRPO stages of `pilotrl.rl.order` in turn (`config.STAGES`: 1 executor,
+2 planner, 3 joint, each continuing from the one before), and the AdaPlan runtime (`runtime.py`) on
+every held-in and held-out environment at each plan-update interval.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+import time
+from pathlib import Path
+
+from rich.console import Console
+from transformers import AutoConfig
+
+from coalign.pilotrl.runtime import expert_guide, model_planner, run_episodes
+from coalign.models.agents import Agent
+from coalign.config import PilotRLSettings, RunConfig
+from coalign.core.endpoint_options import PLANNER_OPTIONS, split_endpoint_options
+from coalign.envs import env_class
+from coalign.core.errors import RunError
+from coalign.pilotrl.expert import LLMPlans, expert_conversation
+from coalign.formats.lumos import lumos_chat
+from coalign.config import STAGES
+from coalign.models.bases import starting_point
+from coalign.models.load import adapter_base, is_adapter, load_tokenizer, longest_in_tokens, make_tiny_model
+from coalign.training.setup import prepare_run, training_settings
+from coalign.pilotrl.rewards import first_plan_correct, llm_judge
+from coalign.pilotrl.rollout import RolloutSpec, prompt_rows
+from coalign.core.runs import Run, atomic_dir, read_json, write_json, write_jsonl
+from coalign.models.endpoint import OpenAIChat
+from coalign.pilotrl.stages import grpo_stage
+from coalign.training.sft import sft_conversations
+from coalign.core.jsonl import read_jsonl
+
+
+def training_episodes(settings: PilotRLSettings, seed: int, llm: LLMPlans | None = None) -> list[dict]:
+    """The expert's episodes on seeds 0..train_tasks-1 of each held-in environment, in the run's format;
+    each episode's plan-update interval drawn from `train_update_every` (by run seed, env and task); first
+    plans chosen among the expert's candidates and, with `llm`, an LLM's."""
+    rows = []
+    for name in settings.heldin:
+        for task in range(settings.train_tasks):
+            every = random.Random(f"{seed}/{name}/{task}").choice(settings.train_update_every)
+            messages = expert_conversation(name, task, settings.mode, every, llm)
+            rows.append({"env": name, "seed": task, "every": every, "messages": messages})
+    return rows
+
+
+def plan_llm(settings: PilotRLSettings) -> LLMPlans | None:
+    """The LLM source of candidate plans `pilotrl.plan_llm` describes (None when it is empty)."""
+    if not settings.plan_llm:
+        return None
+    endpoint, own = split_endpoint_options(settings.plan_llm, "plan_llm", PLANNER_OPTIONS)
+    return LLMPlans(OpenAIChat(endpoint), **own)
+
+
+def summarise(episodes: list[dict]) -> dict:
+    """Success rate (%), mean reward, steps and generated tokens per task, the share of turns written in
+    the format (%, 0 when no turn was taken), how episodes stopped and, for AdaPlan, the share of first
+    plans that solve their task followed on their own (%): a planning failure told from an acting one."""
+    n = len(episodes)
+    stops: dict[str, int] = {}
+    for e in episodes:
+        stops[e["stop"]] = stops.get(e["stop"], 0) + 1
+    turns = [t for e in episodes for t in e["turns"]]
+    return {
+        "tasks": n,
+        "success": 100 * sum(e["success"] for e in episodes) / n,
+        "reward": sum(e["reward"] for e in episodes) / n,
+        "steps": sum(e["steps"] for e in episodes) / n,
+        "tokens": sum(e["tokens"] for e in episodes) / n,
+        "well_formed": 100 * sum(not t["errors"] for t in turns) / len(turns) if turns else 0.0,
+        "stops": stops,
+        "plan_correct": (
+            100 * sum(first_plan_correct(e) for e in episodes) / n
+            if all(e.get("mode") == "adaplan" for e in episodes)
+            else None
+        ),
+    }
+
+
+def split_average(per_env: dict[str, dict], names: list[str]) -> dict:
+    """Unweighted mean over a split's environments (the paper's ID / OOD averages)."""
+    keys = ("success", "reward", "steps", "tokens", "well_formed", "plan_correct")
+    if not names:
+        return {}
+    return {
+        k: sum(per_env[n][k] for n in names) / len(names)
+        for k in keys
+        if all(per_env[n].get(k) is not None for n in names)
+    }
+
+
+def eval_metrics(rows: list[dict], settings: PilotRLSettings, every: int, rl_order: list[str] | None) -> dict:
+    """An evaluation's metrics from its episode records: per environment and per split. `rl_order`: the GRPO
+    stages the evaluated model went through (None: an SFT model), for the report's label."""
+    names = list(dict.fromkeys(r["env"] for r in rows))
+    per_env = {env: summarise([r for r in rows if r["env"] == env]) for env in names}
+    return {
+        "mode": settings.mode,
+        "rl_order": rl_order,
+        "update_every": every,
+        "envs": per_env,
+        "heldin_envs": list(settings.heldin),
+        "heldout_envs": list(settings.heldout),
+        "heldin": split_average(per_env, settings.heldin),
+        "heldout": split_average(per_env, settings.heldout),
+    }
+
+
+def eval_settings(settings: PilotRLSettings) -> dict:
+    """What an evaluation's episodes depend on besides the checkpoints and the plan-update interval (in the
+    stage's name): the environments, the tasks and the budgets."""
+    return settings.model_dump(
+        mode="json", include={"heldin", "heldout", "mode", "eval_tasks", "eval_seed", "max_new_tokens", "max_context"}
+    )
+
+
+def evaluate(
+    run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool,
+    rl_order: list[str] | None, planner: str | None = None, expert_plans: bool = False,
+) -> dict:  # fmt: skip
+    """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/.
+    With `planner`, a separate model writes the plan blocks and the model at `model_path` the rest; with
+    `expert_plans`, the expert's remaining plan is given as each due plan block (under expert_k{every}/)."""
+    name = f"{'expert' if expert_plans else 'eval'}_k{every}"
+
+    def work() -> None:
+        agent = Agent.load(model_path, trust)
+        if expert_plans:
+            guide = expert_guide
+        else:
+            guide = model_planner(Agent.load(planner, trust).model, settings.max_new_tokens) if planner else None
+        names = list(dict.fromkeys([*settings.heldin, *settings.heldout]))
+        tasks = [(env, settings.eval_seed + i) for env in names for i in range(settings.eval_tasks)]
+        given = ", the expert's plans given" if expert_plans else ""
+        console.print(f"[bold]{name}[/bold]: {settings.eval_tasks} tasks on each of {', '.join(names)} "
+                      f"({settings.mode}, plan update every {every}{given})")  # fmt: skip
+        episodes = run_episodes(
+            agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
+            settings.max_context, settings.batch_size, desc=name, guide=guide,
+        )  # fmt: skip
+        rows = [e.to_json() for e in episodes]
+        write_jsonl(run.path(name, "episodes.jsonl"), rows)
+        write_json(run.path(name, "metrics.json"), eval_metrics(rows, settings, every, rl_order))
+
+    run.stage(name, work, [run.path(name)], inputs=[model_path, *([planner] if planner else [])],
+              settings=eval_settings(settings))  # fmt: skip
+    # recomputed from the episodes, so a run evaluated before a measure was added reports it too
+    return eval_metrics([row for _, row in read_jsonl(run.path(name, "episodes.jsonl"))], settings, every, rl_order)
+
+
+def run_pilotrl(
+    config: RunConfig, run_dir: str | Path, console: Console, force: bool = False, start: str | None = None
+) -> dict:
+    """Expert episodes -> (tiny model) -> SFT with observations masked -> GRPO stages -> evaluation at each
+    update interval. `start`: a cold-start checkpoint to run the GRPO stages from instead (a bench's
+    variants share their seed's SFT run)."""
+    settings = config.pilotrl
+    for name in [*settings.heldin, *settings.heldout]:
+        try:
+            env_class(name)
+        except ValueError as err:
+            raise RunError(f"pilotrl.heldin/heldout: {err}") from None
+    if start is not None and not settings.rl:
+        raise RunError("a start checkpoint is for the GRPO stages, and pilotrl.rl is not set")
+    init = starting_point(settings.model)  # a missing model folder stops the run here, before any stage
+    run = prepare_run(config, run_dir, console, force)
+    model, planner = start or cold_start(run, config, console, init), None
+    if settings.rl:
+        model, planner = grpo_stages(run, config, model, console)
+    return evaluate_all(run, config, model, console, settings.rl.order if settings.rl else None, planner)
+
+
+def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) -> str:
+    """The expert's episodes, a tiny model when `init` is None (`bases.starting_point`), SFT on the episodes;
+    the checkpoint's path."""
+    settings, trust = config.pilotrl, config.models.trust_remote_code
+    episodes = run.path("data", "train_episodes.jsonl")
+
+    def expert_episodes() -> dict:
+        console.print(f"expert episodes: {settings.train_tasks} per environment on {', '.join(settings.heldin)}")
+        llm = plan_llm(settings)
+        write_jsonl(episodes, training_episodes(settings, config.seed, llm))
+        return {"plan_llm": llm.stats} if llm else {}
+
+    keys = ("heldin", "mode", "train_tasks", "train_update_every", "plan_llm")
+    wanted = {key: getattr(settings, key) for key in keys}
+    run.stage("expert_episodes", expert_episodes, [episodes], settings={**wanted, "seed": config.seed})
+    conversations = [row["messages"] for _, row in read_jsonl(episodes)]
+    if init is None:
+        init = str(run.path("models", "tiny-init"))
+
+        def tiny() -> None:
+            console.print("making a tiny model: BPE tokenizer on the expert episodes, small Llama config")
+            with atomic_dir(init) as tmp:
+                make_tiny_model([lumos_chat(m) for m in conversations], tmp, config.models.tiny, seed=config.seed)
+
+        shape = {"tiny": config.models.tiny.model_dump(mode="json"), "seed": config.seed}
+        run.stage("init", tiny, [init], inputs=[episodes], settings=shape)
+    out = run.path("checkpoints", "sft")
+
+    def train() -> dict:
+        console.print(f"[bold]sft[/bold]: {len(conversations)} episodes ({settings.mode}) from {init}")
+        sft_conversations(
+            init, conversations, out, settings.sft, seed=config.seed, trust_remote_code=trust, lora=config.lora
+        )
+        return {"episodes": len(conversations), **read_json(out / "train_log.json")}
+
+    trained = training_settings(settings.sft, config.seed, config.lora, conversations)
+    run.stage("sft", train, [out], inputs=[init, episodes], settings=trained)
+    longest = longest_turn(load_tokenizer(out, trust), conversations)
+    if longest > settings.max_new_tokens:
+        console.print(
+            f"[yellow]warning[/yellow]: the longest expert turn has {longest} tokens, more than "
+            f"pilotrl.max_new_tokens {settings.max_new_tokens}: such turns are cut off at evaluation"
+        )
+    model_folder = adapter_base(out) if is_adapter(out) else out
+    positions = getattr(
+        AutoConfig.from_pretrained(model_folder, trust_remote_code=trust), "max_position_embeddings", None
+    )
+    if isinstance(positions, int) and settings.max_context > positions:
+        console.print(
+            f"[yellow]warning[/yellow]: pilotrl.max_context {settings.max_context} is more than the model's "
+            f"max_position_embeddings {positions}: later positions are extrapolated, as the model was not made for them"
+        )
+    return str(out)
+
+
+def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tuple[str, str | None]:
+    """The GRPO stages of `pilotrl.rl.order` on the held-in environments' seeds after the SFT's, each from
+    the checkpoint of the one before; a `separate` stage (isolated planner) trains a second model from the
+    cold start `cold` beside the current one, fixed. The paths of the last checkpoint and of a separate
+    planner (None without one)."""
+    settings, rl, trust = config.pilotrl, config.pilotrl.rl, config.models.trust_remote_code
+    seeds = range(settings.train_tasks, settings.train_tasks + rl.tasks)
+    rows = prompt_rows([(name, seed) for name in settings.heldin for seed in seeds], settings.mode)
+    model, planner = cold, None
+    for i, name in enumerate(rl.order, 1):
+        stage, out = STAGES[name], run.path("checkpoints", stage_folder(i, name))
+        init, executor = (cold, model) if stage.separate else (model, None)
+        spec = RolloutSpec(
+            stage.mode, rl.update_every, stage.guided, stage.train,
+            settings.max_new_tokens, settings.max_context, settings.batch_size,
+        )  # fmt: skip
+
+        def train(init: str = init, out: Path = out, stage=stage, spec: RolloutSpec = spec, executor=executor) -> dict:
+            beside = f", beside the fixed executor {executor}" if executor else ""
+            console.print(f"[bold]grpo stage {stage.label} ({stage.name})[/bold]: {len(rows)} tasks x "
+                          f"{rl.num_generations} rollouts, rewards {' + '.join(stage.rewards)}, trains "
+                          f"{stage.train} tokens, from {init}{beside}")  # fmt: skip
+            judged = {"adherence", "plan_quality"} & set(stage.rewards)
+            judge = llm_judge(rl.judge_options) if rl.judge == "llm" and judged else None
+            grpo_stage(
+                init, out, rows, stage, rl, spec, config.seed, trust, judge=judge, executor=executor,
+                lora=config.lora,
+            )  # fmt: skip
+            log = read_json(out / "train_log.json")
+            record = {"tasks": len(rows), "steps": log["steps"], "grpo_stage": stage.name}
+            return {**record, "judge": judge.stats} if judge else record
+
+        trained = {**training_settings(rl, config.seed, config.lora, rows), "rollout": dataclasses.asdict(spec)}
+        del trained["training"]["order"]  # the stages before this one are its input checkpoint
+        run.stage(f"grpo{i}_{name}", train, [out], inputs=[init, *([executor] if executor else [])], settings=trained)
+        if stage.separate:
+            planner = str(out)
+        else:
+            model = str(out)
+    return model, planner
+
+
+def longest_turn(tokenizer, conversations: list[list[dict]]) -> int:
+    """Tokens of the longest model turn (its end-of-turn token included) in the training episodes."""
+    eos = tokenizer.eos_token or ""
+    turns = (m["content"] + eos for messages in conversations for m in messages if m["role"] == "assistant")
+    return longest_in_tokens(tokenizer, turns)
+
+
+def evaluate_all(
+    run: Run, config: RunConfig, model_path: str, console: Console, rl_order: list[str] | None,
+    planner: str | None = None,
+) -> dict:  # fmt: skip
+    """AdaPlan at each plan-update interval of `eval_update_every` (ReAct once); metrics.json holds them all."""
+    settings, trust = config.pilotrl, config.models.trust_remote_code
+    everies = settings.eval_update_every if settings.mode == "adaplan" else [1]
+    results = {f"k{k}": evaluate(run, settings, model_path, k, console, trust, rl_order, planner) for k in everies}
+    if settings.eval_expert_plans and settings.mode == "adaplan":
+        for k in everies:
+            results[f"expert_k{k}"] = evaluate(
+                run, settings, model_path, k, console, trust, rl_order, expert_plans=True
+            )
+    write_json(run.path("metrics.json"), results)
+    return results
+
+
+def evaluate_checkpoint(
+    config: RunConfig, run_dir: str | Path, model: str | None, console: Console, force: bool = False
+) -> dict:
+    """`coalign eval` of a pilotrl config: what the run trained (its last GRPO stage's checkpoint, with an
+    isolated planner's; its SFT one without GRPO stages), evaluated again into the run folder as training
+    did; or `model`, into a new eval-<time>/ folder inside the run folder, so the run's own evaluation is
+    kept."""
+    trained = Path(run_dir)
+    if model is not None:
+        root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
+        return evaluate_all(prepare_run(config, root, console, force), config, model, console, stages_of(model, config))
+    final, planner = final_models(trained, config)
+    for path in (final, planner):
+        if path is not None and not path.is_dir():
+            where = f"{trained}: no such run folder" if not trained.is_dir() else f"{path}: no checkpoint"
+            raise RunError(f"{where}; train first (coalign train CONFIG --run-dir {trained}) or give --model")
+    order = config.pilotrl.rl.order if config.pilotrl.rl else None
+    run = prepare_run(config, trained, console, force)
+    return evaluate_all(run, config, str(final), console, order, str(planner) if planner else None)
+
+
+def stage_folder(index: int, name: str) -> str:
+    """The checkpoint folder of the `index`-th GRPO stage (from 1), inside the run's checkpoints/."""
+    return f"grpo{index}-{name}"
+
+
+def final_models(run_dir: Path, config: RunConfig) -> tuple[Path, Path | None]:
+    """Where a run's training leaves its model (the last stage's checkpoint that is not an isolated planner,
+    the SFT one without GRPO stages) and its isolated planner (None without a separate stage)."""
+    model, planner = run_dir / "checkpoints" / "sft", None
+    for i, name in enumerate(config.pilotrl.rl.order if config.pilotrl.rl else [], 1):
+        out = run_dir / "checkpoints" / stage_folder(i, name)
+        if STAGES[name].separate:
+            planner = out
+        else:
+            model = out
+    return model, planner
+
+
+def stages_of(checkpoint: str, config: RunConfig) -> list[str] | None:
+    """The GRPO stages a checkpoint went through, read from its folder name: `grpo{i}-{stage}` (as
+    `config.STAGES` names them) is the first i stages of `pilotrl.rl.order`; anything else is taken for an SFT
+    model (the label of an evaluation, which must not follow the config's order for an SFT checkpoint)."""
+    found = re.fullmatch(r"grpo(\d+)-(\w+)", Path(checkpoint).name)
+    order = config.pilotrl.rl.order if config.pilotrl.rl else []
+    if found is None or not 0 < int(found[1]) <= len(order) or order[int(found[1]) - 1] != found[2]:
+        return None
+    return order[: int(found[1])]

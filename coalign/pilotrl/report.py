@@ -1,0 +1,177 @@
+"""Tables of a PilotRL bench from its results (pure): per-environment success, held-in / held-out averages,
+paired differences, tokens and steps per task (the paper's Table 9), plan-update frequency (Table 10).
+
+`results` = {"seeds": [...], "heldin": [...], "heldout": [...], "runs": {variant: {seed: metrics}}}, where
+a run's metrics hold one block per plan-update interval ("k1", "k2", ...) as `pilotrl.recipe` writes them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coalign.reports.tables import pipe_table
+from coalign.reports.stats import mean_std, paired_diff, paired_t, seeds_of, t_bars
+from coalign.config import order_label
+from coalign.core.runs import atomic_write_text
+
+NAMES = {
+    "adaplan": "SFT (AdaPlan)",
+    "react": "SFT (ReAct)",
+    "vanilla_rl": "Vanilla RL (ReAct, GRPO)",
+    "pilotrl": "PilotRL 1->2->3",
+    "order_all": "1&2&3 at once",
+    "order_23": "2->3",
+    "order_13": "1->3",
+    "order_12": "1->2",
+    "order_213": "2->1->3",
+    "isolated": "isolated planner + executor",
+}
+PLAN_MEASURES = ("plan_correct",)  # measured on AdaPlan runs only: ReAct writes no plan
+# (variant, baseline) pairs compared per seed when both ran: the paper's claims, then its ablations
+ABLATIONS = ("order_all", "order_23", "order_13", "order_12", "order_213", "isolated")
+PAIRS = [("adaplan", "react"), ("pilotrl", "adaplan"), ("vanilla_rl", "react"), ("pilotrl", "vanilla_rl"),
+         *((v, "pilotrl") for v in ABLATIONS)]  # fmt: skip
+
+
+def _fmt(values: list[float], digits: int = 1) -> str:
+    if not values:
+        return "-"
+    m, s = mean_std(values)
+    m = round(m, digits) + 0.0  # no "-0.0" for a mean that is zero up to float error
+    return f"{m:.{digits}f} ± {s:.{digits}f}" if len(values) > 1 else f"{m:.{digits}f}"
+
+
+def _runs(results: dict, variant: str, k: str = "k1") -> list[dict]:
+    runs = results["runs"].get(variant, {})
+    return [runs[s][k] for s in seeds_of(results) if s in runs and k in runs[s]]
+
+
+def success_table(results: dict, measure: str = "success", k: str = "k1") -> str:
+    """A measure (success rate, or the share of turns well formed; %) per environment and split average,
+    mean ± std over seeds, of the evaluation `k` (plan updated every step; `expert_k1`: the expert's plans
+    given)."""
+    envs = [*results["heldin"], *results["heldout"]]
+    headers = [f"{measure} (%)", *envs, "held-in avg", "held-out avg"]
+    rows = []
+    for variant in results["runs"]:
+        blocks = [b for b in _runs(results, variant, k) if measure in b["heldin"] or measure in b["heldout"]]
+        if not blocks and (k != "k1" or measure in PLAN_MEASURES):
+            continue
+        cells = [_fmt([b["envs"][e][measure] for b in blocks]) for e in envs]
+        cells += [_fmt([b[split][measure] for b in blocks if b[split]]) for split in ("heldin", "heldout")]
+        rows.append([NAMES.get(variant, variant), *cells])
+    return pipe_table(headers, rows)
+
+
+def paired_diffs(results: dict, variant: str, baseline: str, measure: str, split: str) -> list[float]:
+    """`variant` minus `baseline` on `split`'s average of `measure`, on each seed both ran."""
+    diffs = []
+    for seed in seeds_of(results):
+        a = results["runs"].get(variant, {}).get(seed, {}).get("k1", {}).get(split)
+        b = results["runs"].get(baseline, {}).get(seed, {}).get("k1", {}).get(split)
+        if a and b and measure in a and measure in b:
+            diffs.append(paired_diff(a[measure], b[measure]))
+    return diffs
+
+
+def paired_table(results: dict, variant: str = "adaplan", baseline: str = "react", measure: str = "success") -> str:
+    """`variant` minus `baseline` per seed on each split's average of `measure`, with the paired t statistic."""
+    rows = []
+    for split in ("heldin", "heldout"):
+        diffs = paired_diffs(results, variant, baseline, measure, split)
+        rows.append([split, " / ".join(f"{d:+.1f}" for d in diffs) or "-", _fmt(diffs), paired_t(diffs)])
+    title = f"{measure}: {NAMES.get(variant, variant)} − {NAMES.get(baseline, baseline)} (points)"
+    return pipe_table([title, "per seed", "mean ± std", "t"], rows)
+
+
+def cost_table(results: dict) -> str:
+    """Generated tokens and steps per task, per environment (Table 9), mean over seeds."""
+    envs = [*results["heldin"], *results["heldout"]]
+    rows = []
+    for variant in results["runs"]:
+        blocks = _runs(results, variant)
+        for measure in ("tokens", "steps"):
+            cells = [_fmt([b["envs"][e][measure] for b in blocks], 0 if measure == "tokens" else 1) for e in envs]
+            rows.append([f"{NAMES.get(variant, variant)}: {measure} / task", *cells])
+    return pipe_table(["", *envs], rows)
+
+
+def update_table(results: dict, variant: str = "adaplan") -> str:
+    """Success (%) and steps per task when the plan is rewritten every k steps (Table 10)."""
+    envs = [*results["heldin"], *results["heldout"]]
+    runs = results["runs"].get(variant, {})
+    ks = sorted({k for run in runs.values() for k in run if k[1:].isdigit()}, key=lambda k: int(k[1:]))
+    rows = []
+    for k in ks:
+        blocks = _runs(results, variant, k)
+        cells = [f"{_fmt([b['envs'][e]['success'] for b in blocks])} / {_fmt([b['envs'][e]['steps'] for b in blocks])}"
+                 for e in envs]  # fmt: skip
+        avg = [_fmt([b[split]["success"] for b in blocks if b[split]]) for split in ("heldin", "heldout")]
+        rows.append([f"every {k[1:]} step(s)", *cells, *avg])
+    return pipe_table(["plan update", *(f"{e} (success / steps)" for e in envs), "held-in avg", "held-out avg"], rows)
+
+
+def _run_name(block: dict) -> str:
+    order, name = block.get("rl_order"), NAMES.get(block["mode"], block["mode"])
+    return f"{name} + GRPO {order_label(order)}" if order else name
+
+
+def run_markdown(metrics: dict) -> str:
+    """One run's evaluation (`pilotrl.recipe.run_pilotrl`'s result) as the bench tables of a single seed."""
+    first = next(iter(metrics.values()))
+    results = {
+        "seeds": [0],
+        "heldin": first["heldin_envs"],
+        "heldout": first["heldout_envs"],
+        "runs": {_run_name(first): {"0": metrics}},
+    }
+    return report_markdown(results)
+
+
+def report_markdown(results: dict) -> str:
+    seeds = ", ".join(map(str, results["seeds"]))
+    parts = [
+        f"# PilotRL bench, seeds {seeds}",
+        *(
+            [f"Merged from {len(results['merged_from'])} invocations ({', '.join(results['merged_from'])})."]
+            if results.get("merged_from")
+            else []
+        ),
+        "Success rate (%) over each environment's evaluation tasks, mean ± sample std over seeds.",
+        success_table(results),
+        "Turns written in the format (%: a plan block when one is due, a thought and an action, nothing"
+        " malformed), the GRPO format reward's measure:",
+        success_table(results, "well_formed"),
+    ]
+    if any(b["heldin"].get("plan_correct") is not None for v in results["runs"] for b in _runs(results, v)):
+        parts += [
+            "First plans that solve their task when followed step by step on their own (%, AdaPlan: the plan "
+            "quality's correctness; the planner's half of the episode, whatever the executor then did):",
+            success_table(results, "plan_correct"),
+        ]
+    pairs = [pair for pair in PAIRS if set(pair) <= set(results["runs"])]
+    if pairs:
+        parts += ["Paired by seed (the GRPO runs of a seed start from its SFT run):"]
+        parts += [paired_table(results, v, b, measure) for v, b in pairs for measure in ("success", "well_formed")]
+        counts = [len(paired_diffs(results, v, b, m, split)) for v, b in pairs for m in ("success", "well_formed")
+                  for split in ("heldin", "heldout")]  # fmt: skip
+        parts += [bars] if (bars := t_bars(counts)) else []
+    parts += ["Generated tokens and steps per task (Table 9):", cost_table(results)]
+    if any(run.get("rl_order") for runs in results["runs"].values() for seed in runs.values() for run in seed.values()):
+        parts += ["GRPO reward curves per stage (executor adherence, planner plan quality, end-to-end; Figure 3): "
+                  "`curves.png` beside this report."]  # fmt: skip
+    if "adaplan" in results["runs"]:
+        parts += ["AdaPlan, plan rewritten every k steps (Table 10):", update_table(results)]
+    if any("expert_k1" in run for runs in results["runs"].values() for run in runs.values()):
+        parts += [
+            "Given the expert's plans (its remaining plan as each plan block, rewritten every step: the executor "
+            "alone, as GRPO stage 1 trains it), success and well-formed turns (%):",
+            success_table(results, k="expert_k1"),
+            success_table(results, "well_formed", "expert_k1"),
+        ]
+    return "\n\n".join(parts) + "\n"
+
+
+def write_report(results: dict, root: str | Path, prefix: str = "") -> None:
+    """`<prefix>report.md` under `root` (its curves are drawn from the run folders, by the bench)."""
+    atomic_write_text(Path(root) / f"{prefix}report.md", report_markdown(results) + "\n")

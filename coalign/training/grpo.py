@@ -1,0 +1,127 @@
+"""GRPO with TRL's GRPOTrainer, resumable: the caller hands in the episodes (`rollout_func`) and the reward
+functions; PilotRL's stages (`pilotrl.stages`) hand in the AdaPlan runtime's and the stage's rewards.
+
+A stage saves a trainer checkpoint every `save_steps` steps under `<out>/trainer/`; run again after a
+kill, it resumes from the last one (weights, optimizer, scheduler, RNG states and the data order), and
+the finished model replaces `<out>` in one move.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+
+from datasets import Dataset
+from transformers.trainer_utils import get_last_checkpoint
+from torch.utils.data import Sampler
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+from coalign.config import GRPOSettings, LoraSettings, Stage
+from coalign.core.errors import RunError
+from coalign.models.load import load_tokenizer
+from coalign.training.common import common_args, train_and_save, training_model
+
+
+class EpochSampler(RepeatSampler):
+    """TRL's sampler, each epoch's task order drawn from (seed, epoch). TRL's draws epoch after epoch from one
+    generator, which a resumed run builds anew: resumed into its second epoch, a stage replayed the first
+    epoch's order. The trainer calls `set_epoch` before every epoch, resumed or not."""
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.shuffle:
+            self.generator.manual_seed((self.seed or 0) * 1_000_003 + epoch)
+
+
+class StageTrainer(GRPOTrainer):
+    """`GRPOTrainer` with `EpochSampler`, so that a stage resumed anywhere is the uninterrupted one."""
+
+    def _get_train_sampler(self, dataset: Dataset | None = None) -> Sampler:
+        sampler = super()._get_train_sampler(dataset)
+        if type(sampler) is not RepeatSampler:
+            raise RunError(
+                f"TRL's GRPO sampler is a {type(sampler).__name__}; this stage resumes with its RepeatSampler"
+            )
+        sampler.__class__ = EpochSampler  # TRL's arguments, our epochs
+        return sampler
+
+
+def grpo_config(
+    settings: GRPOSettings, stage: Stage, out: Path, seed: int, reward_weights: list[float], turn_tokens: int
+) -> GRPOConfig:
+    """TRL's arguments for one stage from our settings. `turn_tokens`: the rollouts' budget per turn, which
+    is what vLLM generates at most per call (the trainer cuts nothing that a rollout function returns)."""
+    vllm = settings.generation != "hf"
+    if vllm and importlib.util.find_spec("vllm") is None:
+        raise RunError(f"rl.generation: {settings.generation} needs vLLM (pip install vllm, on a GPU machine)")
+    return GRPOConfig(
+        **common_args(settings, out, seed),
+        reward_weights=reward_weights,
+        num_train_epochs=settings.epochs.get(stage.name, stage.epochs),
+        num_generations=settings.num_generations,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        beta=settings.beta,
+        epsilon=settings.epsilon,
+        mask_truncated_completions=settings.mask_truncated_completions,
+        save_strategy="steps",
+        save_steps=settings.save_steps,
+        log_completions=False,
+        max_completion_length=turn_tokens,
+        use_vllm=vllm,
+        **(
+            {
+                "vllm_mode": settings.generation.removeprefix("vllm_"),
+                "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+                "vllm_enable_sleep_mode": False,
+                # the rollout returns no sampling log-probs (logprobs None): TRL's correction would subtract None
+                "vllm_importance_sampling_correction": False,
+                **({"vllm_server_base_url": settings.vllm_server_url} if settings.vllm_server_url else {}),
+            }
+            if vllm
+            else {}
+        ),
+    )
+
+
+def train_grpo(
+    init: str | Path,
+    out: str | Path,
+    rows: list[dict],
+    stage: Stage,
+    settings: GRPOSettings,
+    reward_funcs: list[Callable[..., list[float]]],
+    reward_weights: list[float],
+    rollout_func: Callable[[list, object], dict],
+    turn_tokens: int,
+    seed: int = 0,
+    trust_remote_code: bool = False,
+    lora: LoraSettings | None = None,
+) -> Path:
+    """Train the model at `init` (LoRA adapters under `lora`) by GRPO on the prompts of `rows`, each one's
+    completions from `rollout_func` (at most `turn_tokens` per generation call), scored by `reward_funcs`
+    weighted by `reward_weights`; save it to `out`."""
+    out = Path(out)
+    if not rows:
+        raise ValueError(f"no training tasks for {out}: the dataset is empty")
+    tokenizer = load_tokenizer(init, trust_remote_code)
+    model, peft_config = training_model(init, trust_remote_code, lora)
+    config = grpo_config(settings, stage, out, seed, reward_weights, turn_tokens)
+
+    def trainer() -> GRPOTrainer:
+        return StageTrainer(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=config,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            rollout_func=rollout_func,
+            peft_config=peft_config,
+        )
+
+    checkpoints = out / "trainer"
+    resume = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    return train_and_save(
+        trainer, tokenizer, out, resume=resume, lora=lora, trust_remote_code=trust_remote_code, stage=stage.name
+    )
