@@ -13,28 +13,25 @@ from coalign.config import ConfigError
 from coalign.core.console import make_console
 from coalign.core.errors import DataError, RunError
 
-app = typer.Typer(help="Train teams of LLM agents to work together (MOAT).", no_args_is_help=True)
+app = typer.Typer(help="Train teams of LLM agents to work together (MOAT, PilotRL).", no_args_is_help=True)
 data_app = typer.Typer(help="Make and check task data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 console = make_console()
 
-ConfigArg = Annotated[str, typer.Argument(help="YAML config path, or a bundled config name: tiny, paper")]
-RunDirOpt = Annotated[Optional[Path], typer.Option("--run-dir", help="run folder (default runs/<config name>)")]
-SetOpt = Annotated[list[str], typer.Option("--set", help="override a config key, e.g. --set planner_sft.epochs=3")]
+ConfigArg = Annotated[str, typer.Argument(help="a config file (YAML), or a bundled config's name, e.g. tiny, paper")]
+RunDirOpt = Annotated[Optional[Path], typer.Option("--run-dir", help="run folder (default: runs/<config name>)")]
+SetOpt = Annotated[list[str], typer.Option("--set", help="change a config setting, e.g. --set planner_sft.epochs=3")]
 ForceOpt = Annotated[
-    bool,
-    typer.Option(
-        "--force", help="resume a run folder whose config differs (finished stages kept, old config in config.history/)"
-    ),
+    bool, typer.Option("--force", help="resume a run whose config changed (finished stages kept, old config saved)")
 ]
 SkipOpt = Annotated[
     bool,
     typer.Option(
-        "--skip-bad-rows",
-        help="leave out data rows that fail validation (counted by reason, reported, recorded in data.json) "
-        "instead of stopping at the first; same as --set data.skip_bad_rows=true",
+        "--skip-bad-rows", help="skip data rows that fail validation (counted and reported) instead of stopping"
     ),
 ]
+PRETRAIN_CONFIGS = ", ".join(sorted(p.stem for p in (Path(__file__).parent / "pretraining" / "configs").glob("*.yaml")))
+MODEL_HELP = "checkpoint folder, shipped base or hub id (default: the run's)"
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -101,8 +98,11 @@ def train(
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """Run the config's recipe: `lumos` (the baseline: independent SFT of planner and grounder), `moat` (that
-    cold start, then MOAT rounds) or `pilotrl` (SFT, then GRPO stages)."""
+    """Train the agents with the config's recipe, then evaluate them.
+
+    Recipes: lumos (the baseline: planner and grounder fine-tuned apart),
+    moat (the same start, then MOAT rounds), pilotrl (SFT, then GRPO stages).
+    Run again to resume where it stopped."""
     from coalign.registry import recipe
 
     cfg = _config(config, set_, skip_bad_rows)
@@ -128,15 +128,22 @@ def train(
 @app.command()
 def pretrain(
     config: Annotated[
-        str, typer.Argument(help="a pretraining YAML, or the name of one in coalign/pretraining/configs")
+        str, typer.Argument(help=f"a pretraining config file (YAML), or a bundled one: {PRETRAIN_CONFIGS}")
     ],
-    run_dir: RunDirOpt = None,
-    steps: Annotated[Optional[int], typer.Option(help="optimizer steps this sitting (default: all left)")] = None,
-    set_: SetOpt = [],  # noqa: B006
-    ship: Annotated[bool, typer.Option(help="copy the finished base into the package (coalign/bases/NAME)")] = False,
+    run_dir: Annotated[
+        Optional[Path], typer.Option("--run-dir", help="run folder (default: runs/pretrain-<config name>)")
+    ] = None,
+    steps: Annotated[Optional[int], typer.Option(help="training steps to run now (default: all that are left)")] = None,
+    set_: Annotated[
+        list[str], typer.Option("--set", help="change a config setting, e.g. --set train.max_steps=100")
+    ] = [],  # noqa: B006
+    ship: Annotated[bool, typer.Option(help="when finished, make the base loadable by its config's name")] = False,
 ) -> None:
-    """Pretrain a small base model on the generated corpus, in resumable sittings; the finished model is
-    `RUN_DIR/base`, loadable by path (or by name once shipped)."""
+    """Pretrain a small base model on the generated corpus.
+
+    Runs in sittings that resume where the last one stopped (--steps).
+    The finished model is RUN_DIR/base: give that folder as a model,
+    or --ship it to name it in configs like the shipped bases."""
     from coalign.models.bases import ship_base
     from coalign.pretraining.pretrain import pretrain as run_pretrain
     from coalign.pretraining.settings import load_pretrain_config
@@ -157,36 +164,38 @@ def pretrain(
 
 
 def _checkpoint(given: str | None) -> str | None:
-    """A model to evaluate as given, with a shipped base's name read as its folder (not a hub id)."""
-    from coalign.models.bases import SCRATCH, starting_point
+    """A model to evaluate, resolved as `train` resolves one (`bases.starting_point`) but never from scratch, and a
+    hub id looked up now: a missing folder or an unreachable hub stops before any eval folder is made."""
+    from coalign.models.bases import starting_point
 
-    if given in SCRATCH:
-        raise RunError(f"{given}: a from-scratch model exists only inside a run; give a checkpoint or a base")
-    return None if given is None else starting_point(given)
+    return None if given is None else starting_point(given, scratch=False, look_up=True)
 
 
 @app.command("eval")
 def eval_(
     config: ConfigArg,
     run_dir: RunDirOpt = None,
-    planner: Annotated[Optional[str], typer.Option(help="planner checkpoint (default: the run's)")] = None,
-    grounder: Annotated[Optional[str], typer.Option(help="grounder checkpoint (default: the run's)")] = None,
-    model: Annotated[Optional[str], typer.Option(help="pilotrl: the agent's checkpoint (default: the run's)")] = None,
+    planner: Annotated[Optional[str], typer.Option(help=f"planner: {MODEL_HELP}")] = None,
+    grounder: Annotated[Optional[str], typer.Option(help=f"grounder: {MODEL_HELP}")] = None,
+    model: Annotated[Optional[str], typer.Option(help=f"pilotrl's agent: {MODEL_HELP}")] = None,
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """Planner -> grounder -> executor on the config's held-in and held-out sets; for a pilotrl config, the
-    agent on every environment at each plan-update interval."""
+    """Evaluate a run's models, or the given ones, on the config's test sets.
+
+    Each task goes planner -> grounder -> tools, on the held-in and
+    held-out sets; for a pilotrl config, the agent on every environment
+    at each plan-update interval."""
+    try:  # before the imports and the config, which take seconds: a wrong path fails at once
+        planner, grounder, model = (_checkpoint(given) for given in (planner, grounder, model))
+    except RunError as err:
+        raise _fail(err) from None
     from coalign.moat.cold_start import evaluate_run
     from coalign.registry import recipe
     from coalign.training.setup import prepare_run
 
     cfg = _config(config, set_, skip_bad_rows)
-    try:
-        planner, grounder, model = (_checkpoint(given) for given in (planner, grounder, model))
-    except RunError as err:
-        raise _fail(err) from None
     entry = recipe(cfg.recipe)
     if entry.evaluate:
         try:
@@ -281,19 +290,21 @@ def _bench(
 
 @app.command()
 def bench(
-    config: Annotated[str, typer.Argument(help="YAML config path, or a bundled config name")] = "tiny",
+    config: Annotated[str, typer.Argument(help="a config file (YAML), or a bundled config's name")] = "tiny",
     run_dir: Annotated[Path, typer.Option("--run-dir", help="bench folder")] = Path("runs/bench"),
     seeds: Annotated[str, typer.Option(help="comma-separated seeds")] = "0,1,2",
-    recipes: Annotated[str, typer.Option(help="comma-separated: lumos, moat, moat_no_stage1, ... (default: all)")] = "",
-    k_sweep: Annotated[str, typer.Option("--k-sweep", help="comma-separated K values run as moat_k<K>")] = "",
+    recipes: Annotated[str, typer.Option(help="comma-separated, e.g. lumos,moat (default: all)")] = "",
+    k_sweep: Annotated[str, typer.Option("--k-sweep", help="also MOAT with these K (subgoal samples per task)")] = "",
     workers: Annotated[Optional[int], typer.Option(help="jobs side by side (default: CPU cores; 1 on GPU)")] = None,
     name: Annotated[str, typer.Option(help="prefix of the result files, for several benches in one folder")] = "",
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """Recipes x seeds: Lumos vs MOAT vs its ablations from shared cold starts (results.json, report.md, plots),
-    or, for a pilotrl config, SFT AdaPlan vs ReAct (tables of the paper's Tables 1, 9 and 10)."""
+    """Compare recipes over several seeds: results, a report and plots.
+
+    Lumos vs MOAT and its ablations from shared cold starts; for a pilotrl
+    config, SFT AdaPlan vs ReAct (the paper's Tables 1, 9 and 10)."""
     names = [r.strip() for r in recipes.split(",") if r.strip()]
     names += [f"moat_k{k}" for k in _ints(k_sweep, "--k-sweep")]
     seed_list = _ints(seeds, "--seeds")
@@ -312,12 +323,14 @@ def _merged_from(path: Path) -> list | None:
 
 @app.command()
 def report(
-    results: Annotated[list[Path], typer.Argument(help="results.json files of one bench's invocations")],
+    results: Annotated[list[Path], typer.Argument(help="the results.json files of one bench's parts")],
     out: Annotated[Path, typer.Option("--out", help="folder for the merged results.json, report.md and plots")],
     name: Annotated[str, typer.Option(help="prefix of the written files")] = "",
 ) -> None:
-    """One report from several invocations of the same bench (seeds run in separate sittings or on separate
-    machines, each with its own --name): their runs merged, every table over all their seeds."""
+    """Merge a bench run in parts into one report.
+
+    For seeds run in separate sittings or on separate machines, each with
+    its own --name: every table is over all their seeds."""
     from rich.markdown import Markdown
 
     from coalign.core.runs import write_json
@@ -350,15 +363,19 @@ def report(
 
 @app.command()
 def demo(
-    recipe: Annotated[str, typer.Argument(help="moat (the default) or pilotrl")] = "moat",
-    run_dir: RunDirOpt = None,
+    recipe: Annotated[str, typer.Argument(help="which demo: moat or pilotrl")] = "moat",
+    run_dir: Annotated[
+        Optional[Path], typer.Option("--run-dir", help="demo folder (default: runs/demo or runs/demo-pilotrl)")
+    ] = None,
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """The bundled demos, from the shipped pretrained base. moat: planner and grounder SFT (Agent Lumos), then
-    one small MOAT round vs the Lumos baseline. pilotrl: SFT on expert episodes as AdaPlan and as ReAct, on
-    the six environments."""
+    """Run a small demo from the shipped pretrained base.
+
+    moat: planner and grounder SFT (Agent Lumos), then one small MOAT round,
+    against the Lumos baseline. pilotrl: SFT on expert episodes as AdaPlan
+    and as ReAct, on the six environments."""
     if recipe == "moat":
         _bench("tiny", run_dir or Path("runs/demo"), [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_],
                force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
@@ -371,8 +388,10 @@ def demo(
 
 
 @app.command("exec")
-def exec_(domain: Annotated[str, typer.Option(help="tool domain")] = "maths") -> None:
-    """Execute an action sequence read from stdin; print the trace as JSON."""
+def exec_(domain: Annotated[str, typer.Option(help="tools to use: maths or qa")] = "maths") -> None:
+    """Run actions read from stdin with the tools; print the trace as JSON.
+
+    e.g. echo 'R1 = Calculator(2 + 3)' | coalign exec"""
     from coalign.tools.executor import DOMAINS, execute
 
     if domain not in DOMAINS:
@@ -408,12 +427,15 @@ def _suite_splits(family: str) -> tuple[str, ...]:
 
 @data_app.command("suite")
 def data_suite(
-    out: Annotated[Path, typer.Option(help="output folder")],
+    out: Annotated[Path, typer.Option(help="folder to write")],
     n: Annotated[int, typer.Option(help="tasks per split")] = 1000,
-    seed: int = 0,
+    seed: Annotated[int, typer.Option(help="generator seed")] = 0,
     family: FamilyOpt = "maths",
 ) -> None:
-    """Write a bundled suite's splits as tasks JSONL and Lumos planner/grounder rows."""
+    """Write a bundled task suite to files.
+
+    Each split as tasks (SPLIT.tasks.jsonl) and as planner and grounder
+    training rows in Agent Lumos's format."""
     from coalign.core.runs import write_jsonl
     from coalign.tasks.lumos import save_lumos_rows, task_to_rows
 
@@ -431,15 +453,11 @@ def data_suite(
 def data_fetch(
     source: Annotated[
         str,
-        typer.Argument(
-            help="lumos: Agent Lumos's training sets (the paper-moat configs' data.train); eval: the papers' "
-            "evaluation sets GSM8K test, SVAMP, StrategyQA and HotpotQA dev (data.heldin/heldout), checked against "
-            "the originals"
-        ),
+        typer.Argument(help="lumos (the training sets of the paper configs) or eval (their test sets)"),
     ],
     out: Annotated[
         Optional[Path],
-        typer.Option(help="folder of the files and their record, fetch.json (lumos: data, eval: data/eval)"),
+        typer.Option(help="folder to write (default: data for lumos, data/eval for eval)"),
     ] = None,
     families: Annotated[
         str,
@@ -447,19 +465,21 @@ def data_fetch(
             help="comma-separated; lumos: maths, qa, web; eval: gsm8k, svamp, strategyqa, hotpotqa (default: all)"
         ),
     ] = "",
-    revision: Annotated[str, typer.Option(help="lumos: hub revision of every set: a branch, tag or commit")] = "main",
+    revision: Annotated[str, typer.Option(help="lumos: the sets' hub revision (branch, tag or commit)")] = "main",
     skip_bad_rows: Annotated[
         bool,
         typer.Option(
             "--skip-bad-rows",
-            help="lumos: count the rows coalign's Lumos loader refuses (recorded in fetch.json) instead of stopping at "
-            "the first; a run then needs --skip-bad-rows too",
+            help="lumos: count rows that fail validation instead of stopping; runs then need it too",
         ),
     ] = False,
 ) -> None:
-    """Download data into the files the paper configs read, record where each came from and its sha256
-    (OUT/fetch.json), and check it: Lumos's sets are read back with coalign's loader, the evaluation sets must be
-    byte for byte their public originals."""
+    """Download the data sets the paper configs read, and check them.
+
+    lumos: Agent Lumos's training sets, checked to load; eval: GSM8K test,
+    SVAMP, StrategyQA and HotpotQA dev, checked byte for byte against the
+    public originals. Where each file came from, and its sha256, is
+    recorded in OUT/fetch.json."""
     from coalign.tasks.fetch import LUMOS_SETS, FetchError, fetch_lumos
     from coalign.tasks.eval_sets import EVAL_SETS, fetch_eval_sets
 
@@ -485,14 +505,17 @@ def data_fetch(
 
 @data_app.command("check-gold")
 def data_check_gold(
-    kind: Annotated[str, typer.Argument(help="gsm8k or svamp (a file), or suite (the bundled suite of --family)")],
-    path: Annotated[Optional[Path], typer.Argument(help="the dataset file (gsm8k, svamp)")] = None,
+    kind: Annotated[str, typer.Argument(help="gsm8k or svamp (a data file), or suite (a bundled one, --family)")],
+    path: Annotated[Optional[Path], typer.Argument(help="the data file, for gsm8k and svamp")] = None,
     skip_bad_rows: SkipOpt = False,
     family: FamilyOpt = "maths",
     n: Annotated[int, typer.Option(help="suite: tasks per split")] = 1000,
     seed: Annotated[int, typer.Option(help="suite: generator seed")] = 0,
 ) -> None:
-    """Execute the gold actions and report how often they reproduce the gold answer (by its benchmark's rule)."""
+    """Check that the gold actions reproduce the gold answers.
+
+    Runs each task's gold actions with the tools and reports how often the
+    result is the gold answer (by its benchmark's rule)."""
     from coalign.core.errors import SkippedRows
     from coalign.tasks.gold import gold_execution_report
     from coalign.tasks.gsm8k import load_gsm8k

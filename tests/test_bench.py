@@ -90,7 +90,7 @@ def test_report_and_plots_are_written(bench):
         "K sweep",
     ):
         assert heading in report
-    for label in ("Lumos (cold start)", "Lumos (matched budget)", "MOAT w/o critic", "MOAT K=2"):
+    for label in ("Lumos (cold start)", "Lumos (matched)", "MOAT w/o critic", "MOAT K=2"):
         assert label in report
     for png in ("rounds.png", "k_sweep.png"):
         assert (root / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -209,10 +209,10 @@ def test_report_tables_are_mean_and_sample_std_over_seeds():
     assert fmt([0.025, 0.0, -0.025]) == "0.0 ± 2.5"  # not "-0.0" from float error
     assert fmt([1.5, 2.5], percent=False) == "2.000 ± 0.707"
     table = accuracy_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}), ["lumos", "moat"], with_cold=False)
-    assert "| Lumos (matched budget) | 12.5 ± 3.5 | 12.5 ± 3.5 |" in table
+    assert "| Lumos (matched) | 12.5 ± 3.5 | 12.5 ± 3.5 |" in table
     assert "| MOAT | 25.0 ± 7.1 | 25.0 ± 7.1 |" in table
     paired = paired_table(_results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}), [("moat", "lumos")])
-    assert "| MOAT − Lumos (matched budget) | +10.0 / +15.0 | 12.5 ± 3.5 | 5.00 |" in paired  # paired t
+    assert "| MOAT − Lumos (matched) | held-in | +10.0 / +15.0 | 12.5 ± 3.5 | 5.00 |" in paired  # paired t
     once = paired_table(
         _results({"lumos": [0.1, 0.15], "moat": [0.2, 0.3]}) | {"seeds": [0, 1, 1]}, [("moat", "lumos")]
     )
@@ -237,13 +237,16 @@ def test_ablations_on_fewer_seeds_are_labelled_and_paired_on_the_seeds_they_shar
         ("moat_no_critic", "moat"),
     ]
     columns = paired_columns_table(results, comparisons(results, results["recipes"]))
-    assert "| MOAT − Lumos (matched budget) | 0, 1, 2 | 11.7 ± 2.9 (t 7.00) | 11.7 ± 2.9 (t 7.00) | - |" in columns
-    assert "| MOAT w/o critic − Lumos (matched budget) | 1 | 25.0 | 25.0 | - |" in columns  # seed 1: 0.4 - 0.15
-    assert "| MOAT w/o critic − MOAT | 1 | 10.0 | 10.0 | - |" in columns  # no t from one pair
+    heldin, heldout = columns.split("\n\n")  # one table per split
+    assert "| MOAT − Lumos (matched) | 0, 1, 2 | 11.7 ± 2.9 (t 7.00) | 11.7 ± 2.9 (t 7.00) |" in heldin
+    assert "| MOAT w/o critic − Lumos (matched) | 1 | 25.0 | 25.0 |" in heldin  # seed 1: 0.4 - 0.15
+    assert "| MOAT w/o critic − MOAT | 1 | 10.0 | 10.0 |" in heldin  # no t from one pair
+    assert "| MOAT w/o critic − MOAT | 1 | - |" in heldout  # no held-out sets
     report = report_markdown(results)
     assert "| MOAT w/o critic (seed 1) | 40.0 | 40.0 | - |" in report  # its row averages one seed, and says so
     assert "| MOAT | 26.7 ± 5.8 | 26.7 ± 5.8 | - |" in report
-    assert "Each ablation minus the full MOAT" in report and "| MOAT w/o critic − MOAT | +10.0 | 10.0 | - |" in report
+    assert "Each ablation minus the full MOAT" in report
+    assert "| MOAT w/o critic − MOAT | held-in | +10.0 | 10.0 | - |" in report
     # the t values above come from three seeds (one pair gives none): the report names the bar for three only
     assert "p < 0.05 (two-sided) needs |t| above 4.30 from 3 seeds." in report
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from coalign.core.errors import DataError
 from coalign.pretraining.corpus import DEFAULT_MIX, CorpusSettings, build_corpus, gsm8k_documents, text_sha256
-from coalign.pretraining.generators import KINDS, backward_story, story
+from coalign.pretraining.generators import KINDS, story
 
 
 def write_gsm8k(path: Path, rows: list[object]) -> Path:
@@ -120,36 +120,3 @@ def test_story_solutions_are_correct_arithmetic() -> None:
             assert {"+": a + b, "-": a - b, "*": a * b, "/": a / b}[op] == c >= 0
             value = c
         assert doc.endswith(f"The answer is {value}.\n")
-
-
-def test_backward_stories_undo_each_event_to_reach_the_start() -> None:
-    """A worked backward solution undoes the events last first, each annotation right, and redoing the events
-    from its answer gives the stated end; a planner turn's first subgoal starts from that end and each later
-    one from the result before it."""
-    from coalign.formats.lumos import parse_subgoals
-
-    kinds = set()
-    for seed in range(300):
-        doc = backward_story(random.Random(seed))
-        if "Work backwards from" in doc:
-            kinds.add("worked")
-            start = int(re.search(r"Work backwards from (\d+)\.", doc).group(1))
-            undone = re.findall(r"Undo ([-+*])(\d+): (\d+) ([-+*/]) (\d+) = <<\d+[-+*/]\d+=(\d+)>>(\d+)", doc)
-            assert undone
-            value = start
-            for _, _, a, op, b, c, again in undone:
-                assert int(a) == value and c == again
-                assert op != "/" or int(a) % int(b) == 0  # undoing "n times as many" divides exactly
-                value = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b), "/": int(a) // int(b)}[op]
-                assert value == int(c) >= 0
-            assert doc.endswith(f"The answer is {value}.\n")
-            for op, n, *_ in reversed(undone):  # redo the events forwards from the answer
-                value = {"+": value + int(n), "-": value - int(n), "*": value * int(n)}[op]
-            assert value == start
-        else:
-            kinds.add("planner turn")
-            plan = parse_subgoals(doc.split("<|assistant|>")[1].removesuffix("</s>\n"))
-            end = re.search(r"(?:there are|counts) (\d+) |(\d+) \w+ are left", doc)
-            assert (end.group(1) or end.group(2)) in plan[0]
-            assert all(f"R{i}" in subgoal for i, subgoal in enumerate(plan[1:], 1))
-    assert kinds == {"worked", "planner turn"}

@@ -1,16 +1,21 @@
-"""The ALFWorld adapter on a fake TextWorld-like game (injected), and on a real TextWorld game when installed."""
+"""The ALFWorld adapter (the optional `alfworld` environment) on a fake TextWorld-like game (injected), and on a
+real TextWorld game when installed."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from coalign.envs.alfworld import AlfworldEnv, start_textworld_game
+from coalign.config import PilotRLSettings
 from coalign.core.errors import RunError
+from coalign.envs import HELDIN, HELDOUT, env_class, make_env
+from coalign.envs.alfworld import AlfworldEnv, start_textworld_game
+from coalign.pilotrl.rewards import accepted
 
 SOLUTION = ["go to countertop 1", "take apple 1 from countertop 1", "go to fridge 1", "move apple 1 to fridge 1"]
 BANNER = "-= Welcome to TextWorld, ALFRED! =-\n\n"
@@ -62,12 +67,35 @@ def games(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_missing_games_and_missing_packages_say_what_to_do(tmp_path: Path) -> None:
-    with pytest.raises(RunError, match=r"no game files under .*game\.tw-pddl.*pip install alfworld"):
-        AlfworldEnv(tmp_path)
+INSTALL = r"pip install -e '\.\[alfworld\]'.*alfworld-download"
+INSTALLED = importlib.util.find_spec("alfworld") is not None and importlib.util.find_spec("textworld") is not None
+
+
+def test_missing_games_and_missing_packages_say_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(RunError, match=r"no game files under .*game\.tw-pddl.*alfworld-download.*pip install -e"):
+        AlfworldEnv(tmp_path, start_game=FakeGame)
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "nowhere"))
+    assert AlfworldEnv.optional and AlfworldEnv.missing()  # no games under $ALFWORLD_DATA, if not no package
+    if not INSTALLED:
+        assert re.search(INSTALL, AlfworldEnv.missing())
     if importlib.util.find_spec("textworld") is None:
-        with pytest.raises(ImportError, match="pip install alfworld"):
+        with pytest.raises(ImportError, match=INSTALL):
             start_textworld_game(tmp_path / "game.tw-pddl")
+        with pytest.raises(RunError, match=INSTALL):
+            make_env("alfworld")
+
+
+def test_registered_as_optional_and_in_no_default(games: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert env_class("alfworld") is AlfworldEnv and "alfworld" not in (*HELDIN, *HELDOUT)
+    assert "alfworld" not in PilotRLSettings().heldin + PilotRLSettings().heldout
+    assert not any(env_class(name).optional or env_class(name).missing() for name in (*HELDIN, *HELDOUT))
+    monkeypatch.setenv("ALFWORLD_DATA", str(games))
+    assert AlfworldEnv.missing() == "" if INSTALLED else re.search(INSTALL, AlfworldEnv.missing())
+    env = make_env("alfworld", start_game=FakeGame)  # $ALFWORLD_DATA's games by default
+    assert env.games == games and len(env.files) == 2
+    env.reset(0)
+    assert not accepted("alfworld", env.step("xyzzy").observation)
+    assert accepted("alfworld", env.step(SOLUTION[0]).observation)
 
 
 def test_seed_picks_a_game_and_the_expert_from_infos_solves_it(games: Path) -> None:

@@ -181,16 +181,16 @@ def test_bench_tables_put_every_set_in_a_column_and_ppl_per_family():
         "runs": {"moat": {"0": {"rounds": rounds, "stages": {}}}},
     }
     accuracy = accuracy_table(results, ["moat"], with_cold=True).splitlines()
-    assert accuracy[0] == "| method | suite-heldin (heldin) | qa-suite-heldin (heldin) | heldin avg | heldout avg |"
+    assert accuracy[0] == "| method | suite-heldin | qa-suite-heldin | held-in avg | held-out avg |"
     assert accuracy[2:] == ["| Lumos (cold start) | 50.0 | 25.0 | 37.5 | - |", "| MOAT | 60.0 | 35.0 | 47.5 | - |"]
-    ppl = ppl_table(results, ["moat"]).splitlines()
-    assert ppl[0] == (
-        "| method | suite-heldin (heldin) | qa-suite-heldin (heldin) | heldin maths avg | heldin qa avg | heldout avg |"
-    )
-    assert ppl[3] == "| MOAT, round 1 | 1.500 | 8.000 | 1.500 | 8.000 | - |"
+    ppl = ppl_table(results, ["moat"]).splitlines()  # one table per split
+    assert ppl[0] == "| held-in | suite-heldin | qa-suite-heldin | maths avg | qa avg |"
+    assert ppl[3] == "| MOAT, round 1 | 1.500 | 8.000 | 1.500 | 8.000 |"
+    assert ppl[5:] == ["| held-out | avg |", "|---|---|", "| MOAT, round 0 | - |", "| MOAT, round 1 | - |"]
     per_round = per_round_table(results, ["moat"]).splitlines()
-    assert "held-in maths PPL | held-in qa PPL" in per_round[0]
-    assert per_round[3] == "| MOAT | 1 | 47.5 | - | - | 1.500 | 8.000 | - | - | - | - |"
+    assert per_round[0] == "| held-in | round | acc | gold-sg acc | gap | maths PPL | qa PPL |"
+    assert per_round[3] == "| MOAT | 1 | 47.5 | - | - | 1.500 | 8.000 |"
+    assert per_round[8] == "| MOAT | 1 | - | - | - | - |"  # held-out: no sets
 
 
 def test_the_premise_is_also_measured_within_each_family():
@@ -233,7 +233,7 @@ def test_a_mixed_bench_report_and_plot_are_written(tmp_path):
             metrics.update(grounder_acc_gold_subgoals=0.8 - i / 10, grounder_acc_blank_subgoals=0.1)
     write_report(results, tmp_path)
     report = (tmp_path / "report.md").read_text()
-    assert "heldin maths avg | heldin qa avg" in report
+    assert "| held-in | suite-heldin | qa-suite-heldin | maths avg | qa avg |" in report
     gold = report[report.index("given the gold subgoals (%)") :].splitlines()
     assert gold[4] == "| Lumos (cold start) | 80.0 | 70.0 | - | - |"  # per set; the splits' averages were not given
     assert "given the blanked subgoals (%)" in report

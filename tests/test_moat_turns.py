@@ -298,9 +298,8 @@ def test_the_bench_takes_web_sets_and_reports_their_metrics(tmp_path) -> None:
     grounder = [r.stage_info("round1_grounder_sft")["examples"] for r in (lumos, moat_run)]
     assert grounder[0] == grounder[1]
     report = report_markdown(results)
-    assert "web-suite-heldin (heldin, step success rate)" in report
-    assert "web-suite-heldout (heldout, reward)" in report
-    assert "heldin web avg [gold sg]" in report and "held-in web PPL [gold sg]" in report
+    assert "web-suite-heldin the step success rate" in report and "web-suite-heldout the reward" in report
+    assert "| web avg [gold sg] |" in report and "| web PPL [gold sg] |" in report
     assert "nan" not in report.split("## Grounding PPL")[1].split("##")[0]
     table = markdown_table(results["runs"]["moat"]["0"]["rounds"]["round1"])
     assert "web-suite-heldin (step success rate)" in table

@@ -73,6 +73,13 @@ def test_unknown_environments_are_refused_before_any_work(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_an_optional_environment_not_installed_is_refused_saying_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "no-games"))  # missing here whatever is installed
+    with pytest.raises(RunError, match=r"pilotrl.heldin/heldout: alfworld: .*alfworld-download"):
+        run_pilotrl(config(heldout=["alfworld"]), tmp_path / "r", Console(quiet=True))
+    assert not (tmp_path / "r").exists()
+
+
 def test_observation_tokens_get_no_loss(tmp_path):
     """TRL's labels are -100 exactly where the mask says the environment or the prompt wrote the token."""
     cfg = config(train_tasks=2, eval_tasks=1, eval_update_every=[1])

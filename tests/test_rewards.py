@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from coalign.envs import REGISTRY, make_env
+from coalign.envs import REGISTRY, env_class, make_env
 from coalign.formats.env_actions import MAX_ACTION_CHARS
 from coalign.envs.wordle import spaced
 from coalign.pilotrl.expert import follow_plan
@@ -192,6 +192,8 @@ def test_no_step_or_no_action_scores_zero(household):
 
 def test_every_environment_invalid_reply_is_recognised():
     for name in REGISTRY:
+        if env_class(name).missing():  # an optional environment not installed here (alfworld)
+            continue
         env = make_env(name)
         env.reset(1)
         assert not accepted(name, env.step("xyzzy frobnicate").observation), name

@@ -1,5 +1,6 @@
 """What a run ran on: a bench's per-seed numbers repeat byte for byte on one machine, thread count and set of
-library versions, and move by a few points on another (README, *A team of two bases*), so results record it."""
+library versions, and move by a few points on another (docs/log/moat-bench.md, *A team of two bases*), so
+results record it."""
 
 from __future__ import annotations
 

@@ -4,6 +4,9 @@ PilotRL's six: four held-in (household, crafting, wordle, iqa) and two held-out 
 paper's ALFWorld, TextCraft, Wordle, IQA (interactive question answering), BabyAI and MAZE. A new environment is one
 module here and one line in `REGISTRY`.
 
+`alfworld` is optional (`TextEnv.optional`): the real ALFWorld, which needs `pip install -e '.[alfworld]'` and
+`alfworld-download`; it is in no default list, and `TextEnv.missing` says what it lacks where it cannot run.
+
 The web family's environments are built from a task rather than a seed: `web.SiteEpisode` (Mind2Web-like
 sites) and `shop.ShopEpisode` (the WebShop-like shop), stepped one action at a time the same way, with
 Lumos's multi-action grounder turn on top (`episode`); `tasks.episodes.episode_for` builds a task's.
@@ -25,8 +28,9 @@ REGISTRY: dict[str, str] = {
     "maze": "coalign.envs.maze:MazeEnv",
     "household_search": "coalign.envs.household:SearchingHouseholdEnv",  # household, its expert not omniscient
     "iqa_look": "coalign.envs.iqa:LookingIQAEnv",  # iqa, its expert answering only after looking
+    "alfworld": "coalign.envs.alfworld:AlfworldEnv",  # optional: the real ALFWorld, its extra and game files
 }
-HELDIN = ("household", "crafting", "wordle", "iqa")
+HELDIN = ("household", "crafting", "wordle", "iqa")  # bundled environments only, never an optional one
 HELDOUT = ("babyai", "maze")
 
 

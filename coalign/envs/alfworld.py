@@ -1,8 +1,11 @@
 """The real ALFWorld (or any TextWorld game) behind `TextEnv`, for users who have its game files.
 
-Optional: `pip install coalign[alfworld]` (ALFWorld and TextWorld; ALFWorld's games come from
-`alfworld-download`, as json_2.1.1/<split>/<task>/<trial>/game.tw-pddl). Nothing is imported until
-a game starts. `reset(seed)` picks one game file of a folder by seed; `step` passes the command on;
+Optional, registered as `alfworld` and in no default held-in or held-out list: `pip install -e '.[alfworld]'`
+(coalign's `alfworld` extra: ALFWorld and TextWorld), then `alfworld-download` for the games, which it puts
+under $ALFWORLD_DATA (default ~/.cache/alfworld) as json_2.1.1/<split>/<task>/<trial>/game.tw-pddl. Without
+them, making the environment (and a PilotRL run naming it, before any stage) fails saying so (`missing`).
+Nothing is imported until a game starts. `reset(seed)` picks one game file of a folder by seed (every game
+under $ALFWORLD_DATA unless `games` names a folder, e.g. one split); `step` passes the command on;
 success is the game's `won`. The expert is the game's own when its infos offer one: ALFWorld's
 handcoded expert (`expert_plan`: the next command) or TextWorld's winning policy (`policy_commands`:
 all remaining commands); plan steps are those commands verbatim. Without one, the expert methods
@@ -15,9 +18,11 @@ starts the same game again and replays the commands so far (games are determinis
 from __future__ import annotations
 
 import copy
+import os
 import random
 import re
 from collections.abc import Callable, Mapping
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,8 +33,9 @@ from coalign.core.errors import RunError
 GAME_SUFFIXES = (".tw-pddl", ".z8", ".ulx")
 NOTHING = "Nothing happened."
 INSTALL = (
-    "the ALFWorld adapter needs TextWorld and ALFWorld: `pip install alfworld` (or `pip install coalign[alfworld]`), "
-    "then `alfworld-download` for the game files (json_2.1.1/<split>/<task>/<trial>/game.tw-pddl)"
+    "the alfworld environment needs ALFWorld and TextWorld, which coalign does not install: "
+    "`pip install -e '.[alfworld]'` (coalign's `alfworld` extra), then `alfworld-download` for the game files "
+    "(json_2.1.1/<split>/<task>/<trial>/game.tw-pddl, under $ALFWORLD_DATA, default ~/.cache/alfworld)"
 )
 _PREFIX = re.compile(r"^(?:step\s*\d+\s*[:.)-]?|\d+\s*[.):-]|[-*•]|action\s*:)\s*")
 _END = r"(?=$|[\s.,;:!?)])"
@@ -39,6 +45,24 @@ GRAMMAR = tuple(pattern.replace("(?:the )?", "") for _, pattern in HOUSEHOLD_ACT
     r"move ([a-z]+ \d+) to ([a-z]+ \d+)",
     r"slice ([a-z]+ \d+) with ([a-z]+ \d+)",
 )
+
+
+def default_games() -> Path:
+    """Where `alfworld-download` puts the games: $ALFWORLD_DATA, else ~/.cache/alfworld (ALFWorld's own default)."""
+    return Path(os.environ.get("ALFWORLD_DATA") or "~/.cache/alfworld").expanduser()
+
+
+def game_files(games: Path) -> list[Path]:
+    """The game files under `games`, searched recursively, in a fixed order."""
+    return sorted(p for p in games.rglob("*") if p.suffix in GAME_SUFFIXES and p.is_file())
+
+
+def no_games(games: Path) -> str:
+    return (
+        f"no game files under {games}: expected ALFWorld's game.tw-pddl files "
+        "(json_2.1.1/<split>/<task>/<trial>/game.tw-pddl: run `alfworld-download`, after "
+        "`pip install -e '.[alfworld]'`) or compiled TextWorld games (.z8, .ulx)"
+    )
 
 
 class Game(Protocol):
@@ -68,30 +92,41 @@ def start_textworld_game(path: Path) -> Game:
 
 
 class AlfworldEnv(TextEnv):
-    """Game files under `games` (searched recursively), one per seed; `start_game` starts one (TextWorld
-    by default; tests and other engines pass their own)."""
+    """Game files under `games` (searched recursively; $ALFWORLD_DATA by default), one per seed; `start_game`
+    starts one (TextWorld by default; tests and other engines pass their own)."""
 
     name = "alfworld"
+    optional = True
+    invalid_reply = r"Nothing happen"  # ALFWorld's "Nothing happens.", the adapter's "Nothing happened."
     instructions = (
         "You are in a household. Act with one command per turn: go to X, open X, close X, take O from R, "
         "move O to R (older games: put O in/on R), heat O with R, cool O with R, clean O with R, use X, "
         "examine X, look, inventory. X, O and R are names with their number (fridge 1)."
     )
 
+    @classmethod
+    def missing(cls) -> str:
+        """The packages (ALFWorld, TextWorld) or the downloaded games, when either is not here."""
+        if find_spec("alfworld") is None or find_spec("textworld") is None:
+            return INSTALL
+        games = default_games()
+        found = any(p.suffix in GAME_SUFFIXES and p.is_file() for p in games.rglob("*"))
+        return "" if found else no_games(games)
+
     def __init__(
-        self, games: str | Path, start_game: Callable[[Path], Game] | None = None, max_steps: int = 50
+        self, games: str | Path | None = None, start_game: Callable[[Path], Game] | None = None, max_steps: int = 50
     ) -> None:
         super().__init__()
-        self.games = Path(games)
+        if start_game is None and find_spec("textworld") is None:
+            raise RunError(INSTALL)
+        self.games = default_games() if games is None else Path(games)
         self.start_game = start_game or start_textworld_game
         self.max_steps = max_steps
-        self.files = sorted(p for p in self.games.rglob("*") if p.suffix in GAME_SUFFIXES and p.is_file())
+        self.files = game_files(self.games)
         if not self.files:
-            raise RunError(
-                f"no game files under {self.games}: expected ALFWorld's game.tw-pddl files "
-                "(json_2.1.1/<split>/<task>/<trial>/game.tw-pddl, from `alfworld-download`) or compiled "
-                f"TextWorld games (.z8, .ulx); {INSTALL}"
-            )
+            raise RunError(no_games(self.games))
+        if start_game is None and find_spec("alfworld") is None and any(p.suffix == ".tw-pddl" for p in self.files):
+            raise RunError(INSTALL)  # ALFWorld's games need its wrappers (compiled TextWorld games do not)
         self.history: list[str] = []
         self._state: Mapping[str, Any] = {}
 

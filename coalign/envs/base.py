@@ -37,6 +37,13 @@ class TextEnv(ABC):
     expert_revises: bool = False  # the expert's plan is a hypothesis that observations may revise
     invalid_reply: str = ""  # a regex of its answer to an action it does not read or cannot do (its first words)
     instructions: str = ""  # the action syntax, told to the agent once (AgentGym's system prompt)
+    optional: bool = False  # needs a package or data that coalign does not install (an extra); never a default
+
+    @classmethod
+    def missing(cls) -> str:
+        """What this environment needs that is not installed here, as what to do about it; empty when it can
+        run. The bundled environments need nothing; an `optional` one its package and data."""
+        return ""
 
     def __init__(self) -> None:
         self.goal = ""

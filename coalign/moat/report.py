@@ -16,13 +16,21 @@ from coalign.reports.stats import fmt, mean_std, paired_diff, paired_t, seeds_of
 from coalign.reports.tables import pipe_table
 
 NAMES = {
-    "lumos": "Lumos (matched budget)",
+    "lumos": "Lumos (matched)",
     "moat": "MOAT",
     "moat_no_stage1": "MOAT w/o stage 1",
     "moat_no_stage2": "MOAT w/o stage 2",
     "moat_no_critic": "MOAT w/o critic",
 }
 COLD = "Lumos (cold start)"
+PLOT_NAMES = {"lumos": "Lumos (matched budget)"}  # the plots have room for the long name
+SPLITS = {"heldin": "held-in", "heldout": "held-out"}
+# The tables fit an 80-column terminal (rich's rendering of the markdown, as `coalign bench` prints it): short
+# row labels and headers, explained in a legend under the table, and the widest tables one per split.
+LEGEND = (
+    "Lumos (cold start): the models every recipe starts from (round 0); Lumos (matched): the Lumos baseline "
+    "trained on MOAT's budget (matched budget)."
+)
 
 
 def name(recipe: str) -> str:
@@ -104,14 +112,18 @@ def set_metric(results: dict, split: str, dataset: str) -> str | None:
     return _round0_block(results, split).get("sets", {}).get(dataset, {}).get("metric")
 
 
-def _headers(results: dict, cols) -> list[str]:
-    def label(split: str, dataset: str | None) -> str:
-        if not dataset:
-            return f"{split} avg"
-        metric = set_metric(results, split, dataset)
-        return f"{dataset} ({split}, {metric.replace('_', ' ')})" if metric else f"{dataset} ({split})"
+def _headers(cols) -> list[str]:
+    """Each set's name (its split is the average's column after it), and each split's average."""
+    return [d or f"{SPLITS[s]} avg" for s, d in cols]
 
-    return [label(s, d) for s, d in cols]
+
+def _metric_note(results: dict) -> list[str]:
+    """The note naming the metric of the sets whose accuracy column holds another (web sets), when there are any."""
+    held = [(d, m) for s, d in _columns(results) if d and (m := set_metric(results, s, d))]
+    if not held:
+        return []
+    sets = ", ".join(f"{d} the {m.replace('_', ' ')}" for d, m in held)
+    return [f"The columns of web sets hold their benchmark's metric, not accuracy: {sets}.", ""]
 
 
 def ppl_key(results: dict, split: str, dataset: str | None = None, family: str | None = None) -> str:
@@ -141,7 +153,7 @@ def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: s
     for recipe in recipes:
         if recipe in results["runs"]:
             rows.append([row(recipe)] + [fmt(values(results, recipe, final, s, metric, d)) for s, d in cols])
-    return pipe_table(["method"] + _headers(results, cols), rows)
+    return pipe_table(["method"] + _headers(cols), rows)
 
 
 def _ppl_columns(results: dict) -> list[tuple[str, str | None, str | None]]:
@@ -156,36 +168,39 @@ def _ppl_columns(results: dict) -> list[tuple[str, str | None, str | None]]:
 
 def ppl_table(results: dict, recipes: list[str]) -> str:
     """Grounding PPL of the gold actions given the planner's subgoals, before and after the rounds (Table 4),
-    per evaluation set and per task family; web columns (marked "[gold sg]") hold it given the gold subgoals."""
-    final, cols = rounds_of(results)[-1], _ppl_columns(results)
-    keys = [ppl_key(results, s, d, f) for s, d, f in cols]
-    rows = []
-    for recipe in recipes:
-        if recipe in results["runs"]:
-            for when, round_ in (("round 0", "round0"), (final.replace("round", "round "), final)):
-                row = [f"{row_label(results, recipe)}, {when}"]
-                row += [
-                    fmt(values(results, recipe, round_, s, key, d, f), percent=False)
-                    for (s, d, f), key in zip(cols, keys)
-                ]
-                rows.append(row)
-    headers = [
-        (f"{d} ({s})" if d else f"{s} {f} avg" if f else f"{s} avg") + _ppl_suffix(key)
-        for (s, d, f), key in zip(cols, keys)
-    ]
-    return pipe_table(["method"] + headers, rows)
+    per evaluation set and per task family; web columns (marked "[gold sg]") hold it given the gold subgoals.
+    One table per split, its name in the corner."""
+    final, tables = rounds_of(results)[-1], []
+    for split, split_name in SPLITS.items():
+        cols = [col for col in _ppl_columns(results) if col[0] == split]
+        keys = [ppl_key(results, s, d, f) for s, d, f in cols]
+        rows = []
+        for recipe in recipes:
+            if recipe in results["runs"]:
+                for when, round_ in (("round 0", "round0"), (final.replace("round", "round "), final)):
+                    row = [f"{row_label(results, recipe)}, {when}"]
+                    row += [
+                        fmt(values(results, recipe, round_, s, key, d, f), percent=False)
+                        for (s, d, f), key in zip(cols, keys)
+                    ]
+                    rows.append(row)
+        headers = [(d or (f"{f} avg" if f else "avg")) + _ppl_suffix(key) for (s, d, f), key in zip(cols, keys)]
+        tables.append(pipe_table([split_name] + headers, rows))
+    return "\n\n".join(tables)
 
 
 def per_round_table(results: dict, recipes: list[str]) -> str:
-    """Accuracy, grounding PPL (per task family) and capability gap after every round (Figure 4 in numbers)."""
-    fams = {split: families(results, split) or [None] for split in ("heldin", "heldout")}
-    rows = []
-    for recipe in recipes:
-        if recipe not in results["runs"]:
-            continue
-        for round_ in rounds_of(results):
-            row = [row_label(results, recipe), round_.replace("round", "")]
-            for split in ("heldin", "heldout"):
+    """Accuracy, grounding PPL (per task family) and capability gap after every round (Figure 4 in numbers):
+    one table per split, its name in the corner."""
+    tables = []
+    for split, split_name in SPLITS.items():
+        fams = families(results, split) or [None]
+        rows = []
+        for recipe in recipes:
+            if recipe not in results["runs"]:
+                continue
+            for round_ in rounds_of(results):
+                row = [row_label(results, recipe), round_.replace("round", "")]
                 row += [
                     fmt(values(results, recipe, round_, split, "accuracy")),
                     fmt(values(results, recipe, round_, split, "grounder_acc_gold_subgoals")),
@@ -193,17 +208,13 @@ def per_round_table(results: dict, recipes: list[str]) -> str:
                 ]
                 row += [
                     fmt(values(results, recipe, round_, split, ppl_key(results, split, family=f), family=f), False)
-                    for f in fams[split]
+                    for f in fams
                 ]
-            rows.append(row)
-    headers = ["method", "round"]
-    for split, split_name in (("heldin", "held-in"), ("heldout", "held-out")):
-        headers += [f"{split_name} acc", f"{split_name} gold-sg acc", f"{split_name} gap"]
-        headers += [
-            (f"{split_name} {f} PPL" if f else f"{split_name} PPL") + _ppl_suffix(ppl_key(results, split, family=f))
-            for f in fams[split]
-        ]
-    return pipe_table(headers, rows)
+                rows.append(row)
+        headers = [split_name, "round", "acc", "gold-sg acc", "gap"]
+        headers += [(f"{f} PPL" if f else "PPL") + _ppl_suffix(ppl_key(results, split, family=f)) for f in fams]
+        tables.append(pipe_table(headers, rows))
+    return "\n\n".join(tables)
 
 
 def paired_diffs(results: dict, recipe: str, baseline: str, split: str, dataset: str | None = None) -> list[float]:
@@ -228,17 +239,14 @@ def comparisons(results: dict, recipes: list[str]) -> list[tuple[str, str]]:
 
 
 def paired_table(results: dict, pairs: list[tuple[str, str]]) -> str:
-    """Each pair's split averages, seed by seed, with the mean and the paired t."""
+    """Each pair's split averages, seed by seed, with the mean and the paired t: a row per pair and split."""
     rows = []
     for recipe, baseline in pairs:
-        row = [f"{name(recipe)} − {name(baseline)}"]
-        for split in ("heldin", "heldout"):
+        for split, split_name in SPLITS.items():
             diffs = paired_diffs(results, recipe, baseline, split)
-            row += [" / ".join(f"{100 * d:+.1f}" for d in diffs), fmt(diffs), paired_t(diffs)]
-        rows.append(row)
-    headers = ["difference (points)", "held-in, per seed", "held-in mean", "held-in t"]
-    headers += ["held-out, per seed", "held-out mean", "held-out t"]
-    return pipe_table(headers, rows)
+            label = f"{name(recipe)} − {name(baseline)}"
+            rows.append([label, split_name, " / ".join(f"{100 * d:+.1f}" for d in diffs), fmt(diffs), paired_t(diffs)])
+    return pipe_table(["difference (points)", "split", "per seed", "mean", "t"], rows)
 
 
 def shared_seeds(results: dict, recipe: str, baseline: str) -> list[str]:
@@ -248,13 +256,18 @@ def shared_seeds(results: dict, recipe: str, baseline: str) -> list[str]:
 
 def paired_columns_table(results: dict, pairs: list[tuple[str, str]]) -> str:
     """Each pair's difference in every column (each evaluation set and split average): mean ± std over the
-    seeds both ran (listed), and the paired t in brackets where there are two seeds or more."""
-    cols, rows = _columns(results), []
-    for recipe, baseline in pairs:
-        diffs = [paired_diffs(results, recipe, baseline, s, d) for s, d in cols]
-        cells = [fmt(d) + (f" (t {t})" if (t := paired_t(d)) != "-" else "") for d in diffs]
-        rows.append([f"{name(recipe)} − {name(baseline)}", ", ".join(shared_seeds(results, recipe, baseline))] + cells)
-    return pipe_table(["difference (points)", "seeds"] + _headers(results, cols), rows)
+    seeds both ran (listed), and the paired t in brackets where there are two seeds or more. One table per split,
+    its name in the corner."""
+    tables = []
+    for split, split_name in SPLITS.items():
+        cols, rows = [col for col in _columns(results) if col[0] == split], []
+        for recipe, baseline in pairs:
+            diffs = [paired_diffs(results, recipe, baseline, s, d) for s, d in cols]
+            cells = [fmt(d) + (f" (t {t})" if (t := paired_t(d)) != "-" else "") for d in diffs]
+            seeds = ", ".join(shared_seeds(results, recipe, baseline))
+            rows.append([f"{name(recipe)} − {name(baseline)}", seeds] + cells)
+        tables.append(pipe_table([split_name, "seeds"] + [d or "avg" for _, d in cols], rows))
+    return "\n\n".join(tables)
 
 
 def subgoals_matter_table(results: dict, recipes: list[str]) -> str:
@@ -271,7 +284,7 @@ def subgoals_matter_table(results: dict, recipes: list[str]) -> str:
                     for k in ("grounder_acc_gold_subgoals", "grounder_acc_blank_subgoals")
                 ]
             rows.append(row)
-    return pipe_table(["method", "held-in gold sg", "held-in blank sg", "held-out gold sg", "held-out blank sg"], rows)
+    return pipe_table(["method", "held-in gold", "held-in blank", "held-out gold", "held-out blank"], rows)
 
 
 def _premise_cells(premise: list[dict]) -> list[str]:
@@ -306,8 +319,13 @@ def premise_table(results: dict, recipes: list[str]) -> str:
             for family in sorted({f for p in premise for f in p.get("by_family", {})}):
                 of_family = [p["by_family"][family] for p in premise if family in p.get("by_family", {})]
                 rows.append([f"{method}, {family} only", number, *_premise_cells(of_family), "", ""])
-    headers = ["method", "round", "AUC (low NLL → success)", "point-biserial r", "candidates grounded right (%)"]
-    return pipe_table(headers + ["pairs kept (%)", "DPO reward acc, last log (%)"], rows)
+    return pipe_table(["method", "round", "AUC", "r", "grounded (%)", "kept (%)", "DPO acc (%)"], rows)
+
+
+PREMISE_LEGEND = (
+    "r: the point-biserial correlation of NLL and success; grounded: the candidates grounded right; kept: the "
+    "pairs kept (tasks whose candidates made a DPO pair); DPO acc: the DPO reward accuracy at its last log."
+)
 
 
 def _ppl_note(table: str) -> list[str]:
@@ -362,6 +380,9 @@ def report_markdown(results: dict) -> str:
         "",
         accuracy_table(results, main, with_cold=True),
         "",
+        LEGEND,
+        "",
+        *_metric_note(results),
         *(
             [
                 "Paired by seed (each seed's recipes start from the same cold start), accuracy points after the "
@@ -410,6 +431,8 @@ def report_markdown(results: dict) -> str:
         "",
         premise_table(results, [r for r in recipes if r != "lumos"]),
         "",
+        PREMISE_LEGEND,
+        "",
     ]
     if sweep:
         lines += ["## K sweep (Figure 3 analogue): accuracy (%) after the last round", ""]
@@ -441,7 +464,8 @@ def _plot_rounds(results: dict, path: Path) -> None:
                 mean_std([scale * v for v in values(results, recipe, r, split, key, family=family)] or [float("nan")])
                 for r in rounds
             ]
-            label = f"{name(recipe)} ({family})" if family and len(fams) > 1 else name(recipe)
+            long = PLOT_NAMES.get(recipe, name(recipe))
+            label = f"{long} ({family})" if family and len(fams) > 1 else long
             label += _ppl_suffix(key)
             ax.errorbar(range(len(rounds)), [m for m, _ in stats], yerr=[s for _, s in stats], label=label, capsize=3)
         ax.set_title(title)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -73,21 +74,108 @@ def ship_base(source: str | Path, name: str) -> Path:
 
 SCRATCH = ("scratch", "tiny")  # `tiny` is the older name of `scratch`
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # a name that may be a hub id when no folder has it
+RUNS = "runs"  # where every command puts its run folders unless given --run-dir
+_FOUND_ON_HUB: set[str] = set()  # hub ids this process has looked up, so each costs one request at most
 
 
-def starting_point(name: str) -> str | None:
-    """Where a model named in a config starts: None for a from-scratch model (`scratch`, or `tiny`), which the
-    run makes; a shipped base's folder (checked against its recipe's hashes); else the name as given, a path
-    or a hub id."""
+def looks_like_path(name: str) -> bool:
+    """A name that only a local folder has: it starts with `/`, `.` or `~`, holds a backslash or more than one `/`,
+    ends with `/`, or is `folder/name` where `folder` exists here or is `runs` (the home of run folders). A hub
+    id is `owner/name` (or a bare name) whose owner is no local folder."""
+    if name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or name.endswith("/"):
+        return True
+    head, slash, _ = name.partition("/")
+    return bool(slash) and (head == RUNS or Path(head).is_dir())
+
+
+def accepted_models(scratch: bool = True) -> str:
+    """What a model may be named, for an error message."""
+    scratch_too = ", scratch" if scratch else ""
+    bases = ", ".join(shipped_bases()) or "none"
+    return f"give a local model folder, a shipped base ({bases}){scratch_too} or a hub id (owner/name)"
+
+
+def starting_point(name: str, scratch: bool = True, look_up: bool = False) -> str | None:
+    """Where a model named in a config or on the command line starts, the one rule every command follows:
+
+    - `scratch` (or `tiny`): None, a from-scratch model that the run makes (a RunError unless `scratch`);
+    - a shipped base's name: its folder, checked against its recipe's hashes;
+    - an existing local folder: the path (`~` expanded);
+    - anything else that looks like a path (`looks_like_path`), or is no hub id: RunError "no such model folder";
+    - else a hub id, as given. Nothing here touches the network; the hub is asked when the model loads
+      (`hub_lookup`), or now with `look_up`, which fails before any run folder is made.
+    """
     if name in SCRATCH:
+        if not scratch:
+            raise RunError(f"{name}: a from-scratch model exists only inside a run; give a checkpoint or a base")
         return None
     folder = base_path(name)
-    if folder is None:
-        if not Path(name).expanduser().exists() and not HUB_ID.fullmatch(name):
-            raise RunError(
-                f"{name}: no such model folder, and not a shipped base ({', '.join(shipped_bases()) or 'none'}) "
-                "or a hub id (owner/name)"
-            )
-        return name
-    verify_base(folder)
-    return str(folder)
+    if folder is not None:
+        verify_base(folder)
+        return str(folder)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path) if name.startswith("~") else name
+    if path.exists():
+        raise RunError(f"not a model folder: {name} is a file; {accepted_models(scratch)}")
+    if looks_like_path(name) or not HUB_ID.fullmatch(name):
+        raise RunError(f"no such model folder: {name}; {accepted_models(scratch)}")
+    if look_up:
+        hub_lookup(name)
+    return name
+
+
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) set, now or when huggingface_hub was imported."""
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_OFFLINE or any(
+        os.environ.get(var, "").upper() in {"1", "ON", "YES", "TRUE"}
+        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def hub_lookup(name: str) -> None:
+    """RunError, in one line, unless hub id `name` can load: it is in the local hub cache, or (HF_HUB_OFFLINE not
+    set) one request to the hub, without retries, finds its config.json. Otherwise transformers would retry
+    every file five times and end in a traceback."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        HFValidationError,
+        HTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if name in _FOUND_ON_HUB:
+        return
+    missing = f"{name}: no such model folder or shipped base, and"
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    except HFValidationError:
+        raise RunError(f"no such model folder: {name}; {accepted_models()}") from None
+    if hub_offline():
+        raise RunError(
+            f"{missing} not in the local hub cache while HF_HUB_OFFLINE is set: download it first "
+            f"(hf download {name}) or give its folder"
+        )
+    try:
+        get_hf_file_metadata(hf_hub_url(name, "config.json"), retry_on_errors=False)
+    except GatedRepoError:
+        reason = "it is gated on the hub: accept its licence on huggingface.co, then log in (hf auth login)"
+    except RepositoryNotFoundError:
+        reason = "the hub has no such model (a private one needs hf auth login)"
+    except (EntryNotFoundError, RevisionNotFoundError):
+        reason = "its hub repository has no config.json on main: not a transformers model"
+    except HfHubHTTPError as err:
+        reason = f"the hub answered {err.response.status_code if err.response is not None else 'with an error'}"
+    except (HTTPError, OSError) as err:  # no network, no DNS, a timeout
+        reason = f"the hub could not be reached ({type(err).__name__}: {' '.join(str(err).split())})"
+    else:
+        _FOUND_ON_HUB.add(name)
+        return
+    raise RunError(f"{missing} {reason}")

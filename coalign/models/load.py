@@ -27,6 +27,7 @@ from coalign.config import TinySpec
 from coalign.core.errors import RunError
 from coalign.formats.lumos import ASSISTANT_TAG, EOS, LUMOS_SPECIALS, USER_TAG, lumos_generation_prompt, plain_text
 from coalign.formats.lumos_iterative import chat_prompt
+from coalign.models.bases import starting_point
 
 SPECIAL_TOKENS = ["<unk>", "<s>", EOS, "<pad>", USER_TAG.strip(), ASSISTANT_TAG.strip()]
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
@@ -112,9 +113,19 @@ def make_tiny_model(
     return out
 
 
+def model_source(path_or_id: str | Path) -> str:
+    """What transformers loads for `path_or_id`: a local folder as it is, else the name resolved as every command
+    resolves one (`bases.starting_point`: a shipped base's folder, or a hub id found in the cache or on the hub
+    in one request), so a missing folder or an unreachable hub is one clear RunError, never a retry storm."""
+    folder = Path(path_or_id).expanduser()
+    if folder.is_dir():
+        return str(folder)
+    return str(starting_point(str(path_or_id), scratch=False, look_up=True))
+
+
 def load_tokenizer(path_or_id: str | Path, trust_remote_code: bool = False):
     """Tokenizer padded on the left (batched generation) with a pad token guaranteed."""
-    tokenizer = AutoTokenizer.from_pretrained(str(path_or_id), trust_remote_code=trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(model_source(path_or_id), trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -173,6 +184,7 @@ def load_model(
     An adapter folder (`is_adapter`) loads as its base with the adapter merged in, a plain model like any
     other (generation, scoring, full fine-tuning), or with `trainable_adapter` as a PEFT model whose adapter
     trains on. `quantize`: the base's linear layers in 4 bits (NF4 with bf16 compute, QLoRA's recipe)."""
+    path_or_id = model_source(path_or_id)
     check_safetensors(path_or_id)
     if is_adapter(path_or_id):
         base = load_model(adapter_base(path_or_id), trust_remote_code, dtype, quantize)
@@ -185,7 +197,7 @@ def load_model(
         bnb_4bit_use_double_quant=True,
     )
     model = AutoModelForCausalLM.from_pretrained(
-        str(path_or_id),
+        path_or_id,
         trust_remote_code=trust_remote_code,
         dtype=dtype,
         use_safetensors=True,

@@ -165,9 +165,11 @@ def run_pilotrl(
     settings = config.pilotrl
     for name in [*settings.heldin, *settings.heldout]:
         try:
-            env_class(name)
+            missing = env_class(name).missing()  # an optional environment (alfworld) whose extra is not installed
         except ValueError as err:
             raise RunError(f"pilotrl.heldin/heldout: {err}") from None
+        if missing:
+            raise RunError(f"pilotrl.heldin/heldout: {name}: {missing}")
     if start is not None and not settings.rl:
         raise RunError("a start checkpoint is for the GRPO stages, and pilotrl.rl is not set")
     init = starting_point(settings.model)  # a missing model folder stops the run here, before any stage

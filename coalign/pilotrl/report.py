@@ -29,6 +29,7 @@ NAMES = {
 PLAN_MEASURES = ("plan_correct",)  # measured on AdaPlan runs only: ReAct writes no plan
 # (variant, baseline) pairs compared per seed when both ran: the paper's claims, then its ablations
 ABLATIONS = ("order_all", "order_23", "order_13", "order_12", "order_213", "isolated")
+SPLITS = {"heldin": "held-in", "heldout": "held-out"}
 PAIRS = [("adaplan", "react"), ("pilotrl", "adaplan"), ("vanilla_rl", "react"), ("pilotrl", "vanilla_rl"),
          *((v, "pilotrl") for v in ABLATIONS)]  # fmt: skip
 
@@ -49,18 +50,19 @@ def _runs(results: dict, variant: str, k: str = "k1") -> list[dict]:
 def success_table(results: dict, measure: str = "success", k: str = "k1") -> str:
     """A measure (success rate, or the share of turns well formed; %) per environment and split average,
     mean ± std over seeds, of the evaluation `k` (plan updated every step; `expert_k1`: the expert's plans
-    given)."""
-    envs = [*results["heldin"], *results["heldout"]]
-    headers = [f"{measure} (%)", *envs, "held-in avg", "held-out avg"]
-    rows = []
-    for variant in results["runs"]:
-        blocks = [b for b in _runs(results, variant, k) if measure in b["heldin"] or measure in b["heldout"]]
-        if not blocks and (k != "k1" or measure in PLAN_MEASURES):
-            continue
-        cells = [_fmt([b["envs"][e][measure] for b in blocks]) for e in envs]
-        cells += [_fmt([b[split][measure] for b in blocks if b[split]]) for split in ("heldin", "heldout")]
-        rows.append([NAMES.get(variant, variant), *cells])
-    return pipe_table(headers, rows)
+    given). One table per split, to fit an 80-column terminal."""
+    tables = []
+    for split, split_name in SPLITS.items():
+        rows = []
+        for variant in results["runs"]:
+            blocks = [b for b in _runs(results, variant, k) if measure in b["heldin"] or measure in b["heldout"]]
+            if not blocks and (k != "k1" or measure in PLAN_MEASURES):
+                continue
+            cells = [_fmt([b["envs"][e][measure] for b in blocks]) for e in results[split]]
+            cells += [_fmt([b[split][measure] for b in blocks if b[split]])]
+            rows.append([NAMES.get(variant, variant), *cells])
+        tables.append(pipe_table([f"{measure} (%)", *results[split], f"{split_name} avg"], rows))
+    return "\n\n".join(tables)
 
 
 def paired_diffs(results: dict, variant: str, baseline: str, measure: str, split: str) -> list[float]:
@@ -85,30 +87,37 @@ def paired_table(results: dict, variant: str = "adaplan", baseline: str = "react
 
 
 def cost_table(results: dict) -> str:
-    """Generated tokens and steps per task, per environment (Table 9), mean over seeds."""
-    envs = [*results["heldin"], *results["heldout"]]
-    rows = []
-    for variant in results["runs"]:
-        blocks = _runs(results, variant)
-        for measure in ("tokens", "steps"):
-            cells = [_fmt([b["envs"][e][measure] for b in blocks], 0 if measure == "tokens" else 1) for e in envs]
-            rows.append([f"{NAMES.get(variant, variant)}: {measure} / task", *cells])
-    return pipe_table(["", *envs], rows)
+    """Generated tokens and steps per task, per environment (Table 9), mean over seeds: one table per split,
+    its name in the corner."""
+    tables = []
+    for split, split_name in SPLITS.items():
+        rows = []
+        for variant in results["runs"]:
+            blocks = _runs(results, variant)
+            for measure in ("tokens", "steps"):
+                digits = 0 if measure == "tokens" else 1
+                cells = [_fmt([b["envs"][e][measure] for b in blocks], digits) for e in results[split]]
+                rows.append([f"{NAMES.get(variant, variant)}: {measure} / task", *cells])
+        tables.append(pipe_table([split_name, *results[split]], rows))
+    return "\n\n".join(tables)
 
 
 def update_table(results: dict, variant: str = "adaplan") -> str:
-    """Success (%) and steps per task when the plan is rewritten every k steps (Table 10)."""
-    envs = [*results["heldin"], *results["heldout"]]
+    """Success (%) / steps per task in each environment, and the split's average success, when the plan is
+    rewritten every k steps (Table 10): one table per split, its name in the corner."""
     runs = results["runs"].get(variant, {})
     ks = sorted({k for run in runs.values() for k in run if k[1:].isdigit()}, key=lambda k: int(k[1:]))
-    rows = []
-    for k in ks:
-        blocks = _runs(results, variant, k)
-        cells = [f"{_fmt([b['envs'][e]['success'] for b in blocks])} / {_fmt([b['envs'][e]['steps'] for b in blocks])}"
-                 for e in envs]  # fmt: skip
-        avg = [_fmt([b[split]["success"] for b in blocks if b[split]]) for split in ("heldin", "heldout")]
-        rows.append([f"every {k[1:]} step(s)", *cells, *avg])
-    return pipe_table(["plan update", *(f"{e} (success / steps)" for e in envs), "held-in avg", "held-out avg"], rows)
+    tables = []
+    for split, split_name in SPLITS.items():
+        rows = []
+        for k in ks:
+            blocks = _runs(results, variant, k)
+            success = [_fmt([b["envs"][e]["success"] for b in blocks]) for e in results[split]]
+            steps = [_fmt([b["envs"][e]["steps"] for b in blocks]) for e in results[split]]
+            cells = [f"{s} / {n}" for s, n in zip(success, steps)]
+            rows.append([f"every {k[1:]} step(s)", *cells, _fmt([b[split]["success"] for b in blocks if b[split]])])
+        tables.append(pipe_table([split_name, *results[split], "avg"], rows))
+    return "\n\n".join(tables)
 
 
 def _run_name(block: dict) -> str:
@@ -161,7 +170,11 @@ def report_markdown(results: dict) -> str:
         parts += ["GRPO reward curves per stage (executor adherence, planner plan quality, end-to-end; Figure 3): "
                   "`curves.png` beside this report."]  # fmt: skip
     if "adaplan" in results["runs"]:
-        parts += ["AdaPlan, plan rewritten every k steps (Table 10):", update_table(results)]
+        parts += [
+            "AdaPlan, plan rewritten every k steps (Table 10): success (%) / steps per task in each environment, "
+            "the split's average success (%) in avg:",
+            update_table(results),
+        ]
     if any("expert_k1" in run for runs in results["runs"].values() for run in runs.values()):
         parts += [
             "Given the expert's plans (its remaining plan as each plan block, rewritten every step: the executor "

@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 
 from coalign.formats.lumos import ASSISTANT_TAG, EOS, USER_TAG, format_subgoals, grounder_prompt, planner_prompt
-from coalign.pretraining.programs import OPS, Spelling, Step, call, instruction, program, run, spelling
+from coalign.pretraining.programs import OPS, Step, call, instruction, program, run, spelling
 from coalign.pretraining.words import PLACES, UNITS, invented, name, names, number, thing
 
 # --------------------------------------------------------------------------- arithmetic
@@ -79,44 +79,6 @@ def story(rng: random.Random) -> str:
         ).format(**fill)
     )
     return " ".join(lines) + "\n" + "\n".join(solution) + f"\nThe answer is {value}.\n"
-
-
-UNDO = {"+": "-", "-": "+", "*": "/", "/": "*"}
-
-
-def backward_story(rng: random.Random) -> str:
-    """A story told forwards whose start is unknown and whose end is given, solved backwards: each event
-    undone, last first, by its inverse operation. Real arithmetic text works backwards as often as forwards;
-    the forward `story` never does. Half are a worked solution, half a Lumos planner turn whose subgoals
-    are this corpus's own instructions (R1, R2, ... for results)."""
-    who, other = names(rng, 2)
-    item = thing(rng) + "s"
-    fill = {"w": who, "o": other, "x": item, "p": rng.choice(PLACES)}
-    # multiplication told the first two ways only, as when the recorded probe's corpus (coalign-base-back) was made
-    moves = {"+": MOVES["+"], "-": MOVES["-"], "*": MOVES["*"][:2]}
-    value = start = number(rng)
-    events: list[tuple[str, int]] = []
-    for _ in range(rng.randint(1, 3)):
-        op = rng.choice([o for o in ("+", "-", "*") if (o != "-" or value > 1) and (o != "*" or value < 2000)])
-        n = rng.randint(1, value - 1) if op == "-" else rng.randint(2, 4) if op == "*" else number(rng)
-        events.append((op, n))
-        value = run([Step(op, value, n)])[0]
-    opening = rng.choice(("Nobody wrote down how many {x} {w} had at first.", "{w} kept some {x} in the {p}."))
-    told = [opening.format(**fill)] + [rng.choice(moves[op]).format(n=n, **fill) for op, n in events]
-    close = rng.choice(("Now there are {v} {x}.", "After all that, {w} counts {v} {x}.", "{v} {x} are left."))
-    ask = rng.choice(("How many {x} were there at first?", "What was the number of {x} at the start?"))
-    task = " ".join([*told, close.format(v=value, **fill), ask.format(**fill)])
-    undo = [Step(UNDO[op], value if i == 0 else f"#{i}", n) for i, (op, n) in enumerate(reversed(events))]
-    if rng.random() < 0.5:
-        lines, current = [], value
-        for (op, n), step in zip(reversed(events), undo):
-            before = run([Step(step.op, current, n)])[0]
-            lines.append(f"Undo {op}{n}: {current} {step.op} {n} = <<{current}{step.op}{n}={before}>>{before}")
-            current = before
-        return f"{task}\nWork backwards from {value}.\n" + "\n".join(lines) + f"\nThe answer is {start}.\n"
-    how = Spelling("R{i}", "R{i}", "assign_tool", "Calculator", 0)
-    subgoals = format_subgoals([instruction(rng, step, how) for step in undo])
-    return f"{USER_TAG}{planner_prompt(task)}\n{ASSISTANT_TAG}{subgoals}{EOS}\n"
 
 
 def program_text(rng: random.Random) -> str:
@@ -291,7 +253,6 @@ def program_question(rng: random.Random, steps: list[Step]) -> str:
 
 KINDS: dict[str, Callable[[random.Random], str]] = {
     "story": story,
-    "backward": backward_story,
     "program": program_text,
     "copy": copy_drill,
     "lookup": lookup_drill,

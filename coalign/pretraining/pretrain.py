@@ -28,7 +28,6 @@ from coalign.models.load import load_model, load_tokenizer, make_tiny_model, par
 from coalign.models.bases import finished_base
 from coalign.pretraining.corpus import CorpusSettings, build_corpus
 from coalign.core.runs import file_sha256
-from coalign.pretraining.growth import grow_depth
 from coalign.pretraining.leakage import leakage_report
 from coalign.pretraining.settings import PretrainConfig
 from coalign.core.runs import Run, atomic_dir, atomic_write_text, read_json, write_json
@@ -74,11 +73,7 @@ def pretrain(config: PretrainConfig, run_dir: str | Path, console: Console, step
             if config.init_from:
                 parent = finished_base(config.init_from)
                 console.print(f"continuing the pretraining of {parent}")
-                model = load_model(parent, dtype="float32")
-                if config.grow_layers:
-                    console.print(f"growing it from {model.config.num_hidden_layers} to {config.grow_layers} layers")
-                    model = grow_depth(model, config.grow_layers)
-                model.save_pretrained(str(tmp))
+                load_model(parent, dtype="float32").save_pretrained(str(tmp))
                 load_tokenizer(parent).save_pretrained(str(tmp))
                 shutil.copy(parent / "recipe.json", tmp / "parent_recipe.json")
             else:
@@ -204,7 +199,7 @@ def train(run: Run, config: PretrainConfig, init: Path, blocks: Path, steps: int
 
 def trainer_args(config: PretrainConfig, out: Path) -> SFTConfig:
     """The trainer's settings: packed causal-LM blocks, held-out losses every `eval_steps`, checkpoints to
-    resume from (also what `benchmarks/heldout_losses.py` evaluates other models with)."""
+    resume from."""
     t = config.train
     return SFTConfig(
         output_dir=str(out),
@@ -296,8 +291,6 @@ def export_base(run: Run, config: PretrainConfig, progress: dict) -> dict:
             before = parent.get("tokens_seen_in_all", parent["tokens_seen"])
             keys = ("name", "steps", "tokens_seen", "files_sha256")
             recipe["init_from"] = {**{key: parent[key] for key in keys}, "tokens_seen_in_all": before}
-            if config.grow_layers:
-                recipe["init_from"]["grown_to_layers"] = config.grow_layers
         recipe["tokens_seen_in_all"] = recipe["tokens_seen"] + before
         write_json(tmp / "recipe.json", recipe)
     return {"parameters": recipe["parameters"]}

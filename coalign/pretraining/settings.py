@@ -47,12 +47,6 @@ class PretrainConfig(Settings):
         description="continue pretraining a base (a shipped name or a folder with recipe.json): its weights and "
         "tokenizer, not a new tokenizer and random weights",
     )
-    grow_layers: int | None = Field(
-        None,
-        ge=1,
-        description="with init_from: the parent made this many layers deep first, its new layers computing nothing "
-        "(depth growth, `growth.py`), so a bigger base starts from what the parent learned",
-    )
     corpus: CorpusSettings = CorpusSettings()
     model: TinySpec | None = Field(
         None, description="a new model's shape (default: TinySpec's); none with init_from, which keeps its parent's"
@@ -79,8 +73,6 @@ class PretrainConfig(Settings):
         recorded in the run (and the shipped `pretrain.yaml`) without describing the model that was trained."""
         if self.init_from and self.split_words:
             raise ValueError("split_words trains a new tokenizer; a run with init_from keeps its parent's")
-        if self.grow_layers and not self.init_from:
-            raise ValueError("grow_layers deepens a parent base; set init_from (a new model's depth: model.num_layers)")
         if self.init_from and self.model is not None:
             raise ValueError("model: a run with init_from keeps its parent's shape; remove the model block")
         return self
