@@ -82,6 +82,14 @@ def test_train_resolves_a_missing_model_folder_by_the_same_rule(no_network):
         starting_point("runs/none")
 
 
+@pytest.mark.parametrize("command", ["train", "bench"])
+def test_train_and_bench_refuse_a_missing_model_folder_before_making_any_run_folder(no_network, tmp_path, command):
+    run_dir = tmp_path / "run"
+    result = runner.invoke(app, [command, "tiny", "--run-dir", str(run_dir), "--set", "models.grounder=runs/none"])
+    assert result.exit_code == 2 and "error: no such model folder: runs/none; " in result.output, result.output
+    assert not run_dir.exists()
+
+
 @pytest.mark.parametrize(
     "name", ["runs/none", "./model", "../model", "~/no-such-model-here", "a/b/c", "org/", "/no/such/folder", "a\\b"]
 )

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from coalign.config import RunConfig
 from coalign.moat.sft_data import grounder_data
-from coalign.moat.cold_start import cold_starts, evaluate_run, load_split, round_tasks, train_agent
+from coalign.moat.cold_start import check_models, cold_starts, evaluate_run, load_split, round_tasks, train_agent
 from coalign.training.setup import prepare_run
 from coalign.moat.units import round_units
 from coalign.core.runs import Run, write_json
@@ -61,6 +61,7 @@ def matched_rounds(
 def run_lumos(config: RunConfig, run_dir: str | Path, console: Console, force: bool = False) -> dict:
     """Agent Lumos: independent SFT of both agents on ground truth, then evaluation
     (`force`: resume even if the run folder's config differs)."""
+    check_models(config)
     run = prepare_run(config, run_dir, console, force)
     train = load_split(run, config, config.data.train, "train", console)
     return cold_starts({"": (config, run.root)}, train, 1, console, evaluation="eval")[""][2]

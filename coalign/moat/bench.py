@@ -27,7 +27,7 @@ from coalign.config import RunConfig
 from coalign.core.console import make_console
 from coalign.core.machine import describe_machine
 from coalign.core.parallel import Job, run_jobs
-from coalign.moat.cold_start import cold_checkpoints, cold_starts, record_split
+from coalign.moat.cold_start import check_models, cold_checkpoints, cold_starts, record_split
 from coalign.training.setup import prepare_run, record_config
 from coalign.moat.baseline import matched_rounds
 from coalign.moat.recipe import moat_rounds, refuse_llm_critic_on_turns
@@ -140,6 +140,7 @@ def run_bench(
     cold = {s: root / f"seed{s}" / "cold_start" for s in seeds}
     cold_configs = {s: _cold_config(config, s) for s in seeds}
     recipe_dirs = {(s, r): root / f"seed{s}" / r for s, r in configs}
+    check_models(config)
     for s in seeds:
         record_config(Run(cold[s]), cold_configs[s], force)
     for key, recipe_dir in recipe_dirs.items():

@@ -29,6 +29,13 @@ from coalign.tasks import Task
 from coalign.tasks.sources import load_data, report_skipped, source_name
 
 
+def check_models(config: RunConfig) -> None:
+    """RunError before any run folder is made when the planner or the grounder names no model: not a shipped
+    base, a local folder, `scratch` or a hub id (`bases.starting_point`; the hub itself is asked on loading)."""
+    for name in (config.models.planner, config.models.grounder):
+        starting_point(name)
+
+
 def initial_models(run: Run, config: RunConfig, train: list[Task], console: Console) -> tuple[str, str]:
     """Paths of the planner's and grounder's starting checkpoints: from-scratch ones (`scratch`) are made here,
     a shipped base is found by name (`coalign-base`), anything else is a path or hub id."""

@@ -45,7 +45,15 @@ from coalign.formats.lumos import FormatError, format_subgoals, grounder_prompt,
 from coalign.formats.answers import answer_correct
 from coalign.models.load import load_tokenizer
 from coalign.moat.sft_data import grounder_data
-from coalign.moat.cold_start import check_room, cold_starts, evaluate_run, load_split, round_tasks, train_agent
+from coalign.moat.cold_start import (
+    check_models,
+    check_room,
+    cold_starts,
+    evaluate_run,
+    load_split,
+    round_tasks,
+    train_agent,
+)
 from coalign.training.setup import prepare_run, training_settings
 from coalign.moat.units import Unit, round_units, turn_subgoal
 from coalign.core.runs import Run, read_json, value_digest, write_json, write_jsonl
@@ -425,6 +433,7 @@ def round_premise(units, scores, groundings, reduction: str) -> dict:
 def run_moat(config: RunConfig, run_dir: str | Path, console: Console, force: bool = False) -> dict:
     """Cold start, then `config.moat.rounds` rounds of stage 1 and stage 2, evaluating after each
     (`force`: resume even if the run folder's config differs)."""
+    check_models(config)
     run = prepare_run(config, run_dir, console, force)
     train = load_split(run, config, config.data.train, "train", console)
     refuse_in_rounds(train, "MOAT rounds")
