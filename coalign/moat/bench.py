@@ -27,7 +27,7 @@ from coalign.config import RunConfig
 from coalign.core.console import make_console
 from coalign.core.machine import describe_machine
 from coalign.core.parallel import Job, run_jobs
-from coalign.moat.cold_start import check_models, cold_checkpoints, cold_starts, record_split
+from coalign.moat.cold_start import check_models, cold_starts, record_split
 from coalign.training.setup import prepare_run, record_config
 from coalign.moat.baseline import matched_rounds
 from coalign.moat.recipe import moat_rounds, refuse_llm_critic_on_turns
@@ -97,10 +97,10 @@ def _cold_config(config: RunConfig, seed: int) -> RunConfig:
     return RunConfig.model_validate({**data, "seed": seed, "recipe": "lumos"})
 
 
-def _recipe_rounds(config: RunConfig, cold_dir: Path, recipe_dir: Path, round0: dict, train: list) -> dict:
+def _recipe_rounds(config: RunConfig, start: tuple[str, str, dict], recipe_dir: Path, train: list) -> dict:
     console = make_console()
     run = prepare_run(config, recipe_dir, console)
-    planner, grounder = cold_checkpoints(cold_dir)
+    planner, grounder, round0 = start
     return BENCHED[config.recipe].rounds(run, config, train, planner, grounder, round0, console)
 
 
@@ -157,14 +157,13 @@ def run_bench(
     for s in seeds:
         prepare_run(cold_configs[s], cold[s], console)
     starts = cold_starts({f"seed {s}": (cold_configs[s], cold[s]) for s in seeds}, train, workers, console)
-    round0 = {s: starts[f"seed {s}"][2] for s in seeds}
     keys = list(configs)
     histories = run_jobs(
         [
             Job(
                 f"seed {s} {r}",
                 _recipe_rounds,
-                (configs[s, r], cold[s], recipe_dirs[s, r], round0[s], train),
+                (configs[s, r], starts[f"seed {s}"], recipe_dirs[s, r], train),
                 recipe_dirs[s, r] / "run.log",
             )
             for s, r in keys

@@ -197,17 +197,12 @@ def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str,
     raise ValueError(f"agent must be planner or grounder, got {agent!r}")
 
 
-def cold_checkpoints(folder: Path) -> tuple[str, str]:
-    """Where a cold start leaves its planner and grounder."""
-    return str(folder / "checkpoints" / "planner_sft"), str(folder / "checkpoints" / "grounder_sft")
-
-
 def _agent_job(config: RunConfig, folder: Path, train: list[Task], agent: str) -> str:
     return cold_start_agent(Run(folder), config, train, agent, make_console())
 
 
-def _evaluation_job(config: RunConfig, folder: Path, name: str) -> dict:
-    return evaluate_run(Run(folder), config, *cold_checkpoints(folder), make_console(), name=name)
+def _evaluation_job(config: RunConfig, folder: Path, planner: str, grounder: str, name: str) -> dict:
+    return evaluate_run(Run(folder), config, planner, grounder, make_console(), name=name)
 
 
 def cold_starts(
@@ -224,21 +219,25 @@ def cold_starts(
     configs are recorded by the caller (`prepare_run`)."""
     for config, folder in runs.values():
         initial_models(Run(folder), config, train, console)
-    agent_jobs = [
+    agents = ("grounder", "planner")  # longest first
+    jobs = [
         Job(f"{label} {agent} SFT".strip(), _agent_job, (config, folder, train, agent), folder / f"{agent}.log")
-        for agent in ("grounder", "planner")  # longest first
+        for agent in agents
         for label, (config, folder) in runs.items()
     ]
-    run_jobs(agent_jobs, workers, "cold start", console)
-    evaluation_jobs = [
-        Job(f"{label} {evaluation}".strip(), _evaluation_job, (config, folder, evaluation), folder / "eval.log")
+    done = iter(run_jobs(jobs, workers, "cold start", console))
+    grounders, planners = ({label: next(done) for label in runs} for _ in agents)
+    jobs = [
+        Job(
+            f"{label} {evaluation}".strip(),
+            _evaluation_job,
+            (config, folder, planners[label], grounders[label], evaluation),
+            folder / "eval.log",
+        )
         for label, (config, folder) in runs.items()
     ]
-    evaluations = run_jobs(evaluation_jobs, workers, "cold start evaluation", console)
-    return {
-        label: (*cold_checkpoints(folder), results)
-        for (label, (_, folder)), results in zip(runs.items(), evaluations, strict=True)
-    }
+    evaluations = run_jobs(jobs, workers, "cold start evaluation", console)
+    return {label: (planners[label], grounders[label], results) for label, results in zip(runs, evaluations)}
 
 
 def round_tasks(config: RunConfig, train: list[Task]) -> list[Task]:
