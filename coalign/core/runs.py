@@ -30,7 +30,7 @@ SAMPLE_BLOCKS = 16
 DATA_SUFFIXES = (".json", ".jsonl")
 
 
-def _temp_sibling(path: Path) -> Path:
+def temp_sibling(path: Path) -> Path:
     """One fixed temporary name per target, so a write interrupted by a kill leaves nothing behind once
     the same file is written again (each file of a run folder has one writer)."""
     return path.with_name(f".{path.name}.tmp")
@@ -48,7 +48,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     if not ranks.is_main():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_sibling(path)
+    tmp = temp_sibling(path)
     try:
         with tmp.open("wb") as handle:
             handle.write(data)
@@ -73,7 +73,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
             yield Path(scratch)
         ranks.barrier()
         return
-    tmp = _temp_sibling(path)
+    tmp = temp_sibling(path)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:

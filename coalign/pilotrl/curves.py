@@ -14,7 +14,7 @@ from statistics import mean
 
 from coalign.core.errors import DataError
 from coalign.config import STAGES
-from coalign.core.runs import _temp_sibling
+from coalign.core.runs import temp_sibling
 
 COMPONENTS = ("format", "adherence", "end_to_end", "plan_quality")  # `rewards.reward_functions`' names
 PANELS = (
@@ -159,7 +159,7 @@ def plot_curves(curves: dict[str, list[dict]], path: str | Path) -> Path:
         axes[0].legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_sibling(path)
+    tmp = temp_sibling(path)
     try:
         fig.savefig(tmp, format="png", dpi=120)
         os.replace(tmp, path)
