@@ -1,0 +1,2 @@
+"""The ground floor: errors, the console, run folders, ranks, parallel jobs, the machine, JSONL rows and
+endpoint options. Imports nothing else of coalign."""
