@@ -27,8 +27,8 @@ from trl import DPOConfig, DPOTrainer
 
 from coalign.config import DPOSettings, LoraSettings, TinySpec, qlora_missing
 from coalign.models.load import load_model, load_tokenizer, make_tiny_model, parameter_count
-from coalign.training.dpo import dpo_dataset
 from coalign.training.common import trainer_args, training_model
+from coalign.training.dpo import dpo_dataset
 
 VARIANTS = ("resident", "precomputed", "lora", "qlora")
 

@@ -49,18 +49,17 @@ from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 from trl import DPOConfig, DPOTrainer, GRPOTrainer, SFTConfig, SFTTrainer
 
+from coalign.config import STAGES, DPOSettings, GenerationSettings, GRPOSettings, LoraSettings, SFTSettings, TinySpec
+from coalign.formats.lumos import lumos_generation_prompt
+from coalign.moat.sft_data import grounder_pair
 from coalign.models.agents import Agent
 from coalign.models.backends import HFBackend, VLLMBackend
-from coalign.config import DPOSettings, GenerationSettings, GRPOSettings, LoraSettings, SFTSettings, TinySpec
-from coalign.formats.lumos import lumos_generation_prompt
-from coalign.config import STAGES
 from coalign.models.load import load_model, load_tokenizer, make_tiny_model, parameter_count, render_prompt
-from coalign.moat.sft_data import grounder_pair
+from coalign.tasks.maths_suite import generate_suite
+from coalign.training.common import quiet_transformers, trainer_args, training_model
 from coalign.training.dpo import dpo_dataset
 from coalign.training.grpo import grpo_config
 from coalign.training.sft import sft_dataset
-from coalign.training.common import quiet_transformers, trainer_args, training_model
-from coalign.tasks.maths_suite import generate_suite
 
 CUDA = torch.cuda.is_available()  # without starting CUDA, which would make vLLM spawn its engine, not fork it
 TRAINED = ("sft", "dpo", "grpo")

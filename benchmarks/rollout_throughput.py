@@ -29,13 +29,13 @@ from unittest import mock
 
 import torch
 
-from coalign.pilotrl.runtime import run_episodes
 from coalign.config import load_config
 from coalign.envs import HELDIN, HELDOUT
 from coalign.formats.lumos import lumos_chat
 from coalign.models.load import load_model, load_tokenizer, make_tiny_model
-from coalign.pilotrl.recipe import training_episodes
 from coalign.models.turn_writers import hf_turns
+from coalign.pilotrl.recipe import training_episodes
+from coalign.pilotrl.runtime import run_episodes
 
 
 class ForwardClock:

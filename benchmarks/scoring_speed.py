@@ -26,13 +26,12 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from coalign.models.agents import Agent
 from coalign.config import TinySpec
-from coalign.formats.lumos import format_actions, format_subgoals, grounder_prompt, lumos_generation_prompt
-from coalign.formats.lumos import EOS
-from coalign.models.load import SPECIAL_TOKENS, make_tiny_model
-from coalign.moat.sft_data import grounder_pair
+from coalign.formats.lumos import EOS, format_actions, format_subgoals, grounder_prompt, lumos_generation_prompt
 from coalign.moat.scoring import encode_completion, prefix_groups, score_completions
+from coalign.moat.sft_data import grounder_pair
+from coalign.models.agents import Agent
+from coalign.models.load import SPECIAL_TOKENS, make_tiny_model
 from coalign.tasks import Task
 from coalign.tasks.maths_suite import generate_suite
 

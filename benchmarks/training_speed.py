@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 from coalign.config import SFTSettings, TinySpec
-from coalign.formats.lumos import lumos_generation_prompt
-from coalign.models.load import make_tiny_model
 from coalign.core.parallel import Job, run_jobs
+from coalign.formats.lumos import lumos_generation_prompt
 from coalign.moat.sft_data import grounder_pair
-from coalign.training.sft import sft
+from coalign.models.load import make_tiny_model
 from coalign.tasks.maths_suite import generate_suite
+from coalign.training.sft import sft
 
 
 def _train(init: str, out: str, steps: int, grouped: bool) -> float:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
 from coalign.config import ConfigError
 from coalign.core.console import make_console
 from coalign.core.errors import DataError, RunError
@@ -409,8 +410,8 @@ FamilyOpt = Annotated[
 
 def _suite(family: str):
     """The bundled generator of a task family."""
-    from coalign.tasks.qa_suite import generate_qa_suite
     from coalign.tasks.maths_suite import generate_suite
+    from coalign.tasks.qa_suite import generate_qa_suite
 
     generators = {"maths": generate_suite, "qa": generate_qa_suite}
     if family not in generators:
@@ -480,8 +481,8 @@ def data_fetch(
     SVAMP, StrategyQA and HotpotQA dev, checked byte for byte against the
     public originals. Where each file came from, and its sha256, is
     recorded in OUT/fetch.json."""
-    from coalign.tasks.fetch import LUMOS_SETS, FetchError, fetch_lumos
     from coalign.tasks.eval_sets import EVAL_SETS, fetch_eval_sets
+    from coalign.tasks.fetch import LUMOS_SETS, FetchError, fetch_lumos
 
     known = {"lumos": LUMOS_SETS, "eval": EVAL_SETS}
     if source not in known:

@@ -9,12 +9,12 @@ import re
 import pytest
 
 from coalign import envs
-from coalign.pilotrl.runtime import run_episodes
-from coalign.pilotrl.expert import candidate_plans, expert_conversation, follow_plan, plan_quality, select_plan
-from coalign.formats.lumos import FormatError, lumos_chat
 from coalign.formats.adaplan import format_turn, parse_turn, plan_due, update_plan
+from coalign.formats.lumos import FormatError, lumos_chat
 from coalign.formats.lumos_iterative import chat_prompt
 from coalign.models.turns import encode, segments
+from coalign.pilotrl.expert import candidate_plans, expert_conversation, follow_plan, plan_quality, select_plan
+from coalign.pilotrl.runtime import run_episodes
 from tests.toy_env import ScriptedModel, ToyEnv, expert_conversation_unregistered, toy_tokenizer
 
 

@@ -13,17 +13,17 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from coalign.models.agents import Agent, generate
-from coalign.models.backends import OpenAIBackend, VLLMBackend, make_backend
 from coalign.cli import app
 from coalign.config import ConfigError, DataSource, GenerationSettings, TinySpec, config_to_yaml, load_config
 from coalign.core.endpoint_options import CriticBudget, OpenAIOptions
 from coalign.core.errors import RunError
 from coalign.formats.lumos import format_actions, format_subgoals, grounder_prompt, planner_prompt
-from coalign.models.load import load_model, load_tokenizer, make_tiny_model, render_prompt
 from coalign.moat.sft_data import tokenizer_texts
-from coalign.training.setup import check_generation
+from coalign.models.agents import Agent, generate
+from coalign.models.backends import OpenAIBackend, VLLMBackend, make_backend
+from coalign.models.load import load_model, load_tokenizer, make_tiny_model, render_prompt
 from coalign.tasks.sources import load_sources
+from coalign.training.setup import check_generation
 from tests.fault_server import KEY, Reply, Server
 from tests.test_pipeline import TINY
 

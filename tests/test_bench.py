@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from coalign.config import load_config
+from coalign.core.console import make_console
+from coalign.core.parallel import Job, latest_line, run_jobs
 from coalign.moat.bench import recipe_config, run_bench
 from coalign.moat.report import (
     accuracy_table,
@@ -22,9 +25,6 @@ from coalign.moat.report import (
     report_markdown,
 )
 from coalign.reports.stats import fmt, t_bars, t_critical, t_two_sided_p
-from coalign.config import load_config
-from coalign.core.console import make_console
-from coalign.core.parallel import Job, latest_line, run_jobs
 from tests.jobs import boom, echo
 from tests.test_moat import MOAT
 
@@ -127,8 +127,8 @@ def test_invocations_of_one_bench_merge_into_its_report(bench, tmp_path):
     """Seeds run one per invocation (`--name`) give, merged by `coalign report`, the report of all seeds."""
     from typer.testing import CliRunner
 
-    from coalign.reports.merge import merge_results
     from coalign.cli import app
+    from coalign.reports.merge import merge_results
 
     _, results = bench
     parts = [("s1.json", _part(results, "1", 30.0)), ("s0.json", _part(results, "0", 12.5))]

@@ -113,8 +113,8 @@ def test_config_changes_name_dotted_keys_with_old_and_new_values():
 
 def test_resume_with_a_changed_config_is_refused_unless_forced(tmp_path):
     from coalign.config import config_to_yaml
-    from coalign.training.setup import record_config
     from coalign.core.runs import Run
+    from coalign.training.setup import record_config
 
     run = Run(tmp_path)
     first = load_config("tiny")

@@ -13,7 +13,6 @@ import pytest
 from coalign.config import RunConfig, load_config
 from coalign.core.endpoint_options import CriticBudget, OpenAIOptions
 from coalign.core.errors import RunError
-from coalign.moat.recipe import critic_stage
 from coalign.core.runs import Run
 from coalign.moat.critic import (
     CriticInput,
@@ -26,6 +25,7 @@ from coalign.moat.critic import (
     reindex,
     verdict_counts,
 )
+from coalign.moat.recipe import critic_stage
 from coalign.models.endpoint import OpenAIChat
 from coalign.tasks import Task
 from coalign.tools.executor import execute

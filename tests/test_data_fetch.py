@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from coalign.cli import app
 from coalign.config import load_config
+from coalign.core.errors import DataError
 from coalign.tasks import fetch as data_fetch
 from coalign.tasks.fetch import LUMOS_SETS, ROLES, FetchError, fetch_lumos
-from coalign.core.errors import DataError
 from coalign.tasks.lumos import task_to_iterative_rows, task_to_rows
 from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.qa_suite import generate_qa_suite

@@ -133,8 +133,8 @@ def test_the_searching_expert_plans_on_what_it_has_seen_and_revises_on_observati
     plan (it cannot know), and its AdaPlan episodes revise the plan after an observation, where the
     omniscient household expert's never do."""
     from coalign.envs.household import SearchingHouseholdEnv
-    from coalign.pilotrl.expert import expert_conversation
     from coalign.formats.adaplan import parse_turn
+    from coalign.pilotrl.expert import expert_conversation
 
     for seed in range(60):
         env = SearchingHouseholdEnv()

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from coalign.tasks import eval_sets
 from coalign.cli import app
 from coalign.config import BUNDLED, load_config
-from coalign.tasks.fetch import FetchError
+from coalign.tasks import eval_sets
 from coalign.tasks.eval_sets import EVAL_SETS, fetch_eval_sets
+from coalign.tasks.fetch import FetchError
 from coalign.tasks.sources import load_sources
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -7,19 +7,19 @@ from dataclasses import dataclass
 
 import pytest
 
-from coalign.moat import evaluate
-from coalign.moat.report import accuracy_table, per_round_table, ppl_table, premise_table, write_report
 from coalign.config import EvalSettings, load_config
-from coalign.moat.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.formats.lumos import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
+from coalign.moat import evaluate
 from coalign.moat.cold_start import round_tasks
-from coalign.moat.recipe import round_premise
-from coalign.reports.tables import eval_rows
 from coalign.moat.critic import CriticInput, ExecutionCritic
+from coalign.moat.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
+from coalign.moat.recipe import round_premise
+from coalign.moat.report import accuracy_table, per_round_table, ppl_table, premise_table, write_report
+from coalign.reports.tables import eval_rows
 from coalign.tasks import maths_suite, qa_suite
+from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.plan_following import plan_following, readable_from_subgoals
 from coalign.tasks.qa_suite import generate_qa_suite
-from coalign.tasks.maths_suite import generate_suite
 from coalign.tools.executor import execute
 
 MATHS = generate_suite("heldin", 4)

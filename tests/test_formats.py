@@ -18,13 +18,13 @@ from coalign.formats.lumos import (
     grounder_prompt,
     lumos_chat,
     lumos_generation_prompt,
+    parse_action,
     parse_actions,
     parse_grounder_prompt,
     parse_planner_prompt,
-    parse_action,
     parse_subgoals,
-    planner_prompt,
     plain_text,
+    planner_prompt,
     split_actions,
 )
 

@@ -11,18 +11,17 @@ from rich.console import Console
 from trl import GRPOTrainer
 
 from coalign import envs
-from coalign.config import GRPOSettings, RunConfig, TinySpec
-from coalign.pilotrl.expert import expert_conversation
+from coalign.config import STAGES, GRPOSettings, RunConfig, TinySpec, order_label
+from coalign.core.runs import read_json
 from coalign.formats.lumos import lumos_chat
-from coalign.config import STAGES, order_label
 from coalign.models.load import load_model, load_tokenizer, make_tiny_model
+from coalign.pilotrl import stages as stages_module
+from coalign.pilotrl.expert import expert_conversation
 from coalign.pilotrl.recipe import run_pilotrl
 from coalign.pilotrl.rewards import RewardFunctions
 from coalign.pilotrl.rollout import RolloutSpec, make_rollout_func, prompt_rows
-from coalign.core.runs import read_json
-from coalign.pilotrl import stages as stages_module
-from coalign.training import grpo as grpo_module
 from coalign.pilotrl.stages import grpo_stage
+from coalign.training import grpo as grpo_module
 from coalign.training.grpo import EpochSampler, StageTrainer, grpo_config
 from tests.toy_env import killed_after
 
@@ -291,9 +290,8 @@ def test_judge_options_are_checked_when_the_config_loads(judge, options, message
 def test_vllm_generation_is_configured_for_trl_and_refused_without_vllm(tmp_path, monkeypatch):
     import importlib.util
 
-    from coalign.config import GRPOSettings
+    from coalign.config import STAGES, GRPOSettings
     from coalign.core.errors import RunError
-    from coalign.config import STAGES
 
     stage = STAGES["executor"]
     hf = grpo_config(GRPOSettings(batch_size=2, num_generations=2), stage, tmp_path, 0, [1.0], 48)

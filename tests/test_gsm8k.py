@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from coalign.core.errors import DataError
+from coalign.core.jsonl import read_jsonl
+from coalign.core.runs import write_jsonl
 from coalign.formats.lumos import parse_action
 from coalign.tasks.gsm8k import load_gsm8k, reference_results, steps_to_plan, written_calculations, written_relations
-from coalign.core.runs import write_jsonl
-from coalign.core.jsonl import read_jsonl
 from coalign.tools.executor import execute
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"

@@ -7,9 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from coalign.moat import evaluate, iterative
-from coalign.config import EvalSettings, load_config
-from coalign.moat.evaluate import evaluate_iterative, evaluate_tasks, split_summary
+from coalign.config import DataSource, EvalSettings, load_config
 from coalign.formats.lumos import format_actions, parse_planner_prompt
 from coalign.formats.lumos_iterative import (
     STOP_PLANNING,
@@ -19,15 +17,16 @@ from coalign.formats.lumos_iterative import (
     planner_turn,
     turn_examples,
 )
+from coalign.moat import evaluate, iterative
+from coalign.moat.evaluate import evaluate_iterative, evaluate_tasks, split_summary
 from coalign.moat.iterative import malformed_grounding, run_episodes
-from coalign.models.load import make_tiny_model, render_prompt
 from coalign.moat.sft_data import grounder_data, grounder_examples, planner_data, planner_examples
-from coalign.training.sft import sft_dataset
+from coalign.models.load import make_tiny_model, render_prompt
 from coalign.tasks.episodes import gold_feedback
-from coalign.tasks.sources import load_data, refuse_in_rounds
 from coalign.tasks.maths_suite import generate_suite
+from coalign.tasks.sources import load_data, refuse_in_rounds
 from coalign.tasks.web_suite import BLANK_SUBGOAL, generate_web_suite
-from coalign.config import DataSource
+from coalign.training.sft import sft_dataset
 from tests.test_pipeline import TINY
 
 SITES = generate_web_suite("heldin", 6)

@@ -17,8 +17,8 @@ from trl import DPOTrainer
 from trl.trainer import dpo_trainer
 
 from coalign import envs
-from coalign.models.agents import Agent, generate
 from coalign.config import (
+    STAGES,
     ConfigError,
     DPOSettings,
     GRPOSettings,
@@ -29,19 +29,19 @@ from coalign.config import (
     load_config,
 )
 from coalign.core.errors import RunError
-from coalign.pilotrl.expert import expert_conversation
+from coalign.core.runs import Run, read_json
 from coalign.formats.lumos import lumos_chat, lumos_generation_prompt, planner_prompt
-from coalign.config import STAGES
-from coalign.models.load import adapter_base, is_adapter, load_model, make_tiny_model
 from coalign.moat.recipe import run_moat
+from coalign.models.agents import Agent, generate
+from coalign.models.load import adapter_base, is_adapter, load_model, make_tiny_model
+from coalign.pilotrl import stages as stages_module
+from coalign.pilotrl.expert import expert_conversation
 from coalign.pilotrl.recipe import run_pilotrl
 from coalign.pilotrl.rollout import prompt_rows
-from coalign.core.runs import Run, read_json
+from coalign.pilotrl.stages import grpo_stage
 from coalign.training import dpo as dpo_module
-from coalign.pilotrl import stages as stages_module
 from coalign.training import grpo as grpo_module
 from coalign.training.dpo import dpo
-from coalign.pilotrl.stages import grpo_stage
 from coalign.training.grpo import StageTrainer
 from coalign.training.sft import sft
 from tests.test_grpo import RL, TINY, _config, _spec

@@ -10,8 +10,8 @@ from functools import cache
 
 import pytest
 
-from coalign.formats.lumos import parse_action
 from coalign.formats.answers import numeric_match
+from coalign.formats.lumos import parse_action
 from coalign.tasks.maths_suite import (
     _KINDS,
     BLANK_SUBGOAL,

@@ -7,12 +7,12 @@ from rich.console import Console
 
 from coalign.config import load_config
 from coalign.formats.lumos import EOS, TOOL_PREAMBLES, lumos_generation_prompt
-from coalign.models.load import load_tokenizer, train_tokenizer
-from coalign.moat.sft_data import grounder_pair, planner_pair
 from coalign.moat.recipe import run_moat
+from coalign.moat.sft_data import grounder_pair, planner_pair
+from coalign.models.load import load_tokenizer, train_tokenizer
+from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.qa_suite import generate_qa_suite
 from coalign.tasks.sources import load_sources
-from coalign.tasks.maths_suite import generate_suite
 from tests.test_moat import MOAT
 
 MIXED = {

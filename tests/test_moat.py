@@ -9,11 +9,11 @@ import pytest
 from rich.console import Console
 
 from coalign.config import load_config
-from coalign.training.setup import prepare_run
-from coalign.moat.recipe import dpo_stage, moat_rounds, pair_stage, run_moat, score_stage
 from coalign.core.runs import Run
-from coalign.tasks.sources import load_sources
+from coalign.moat.recipe import dpo_stage, moat_rounds, pair_stage, run_moat, score_stage
 from coalign.tasks.maths_suite import generate_suite
+from coalign.tasks.sources import load_sources
+from coalign.training.setup import prepare_run
 from tests.fault_server import KEY, Reply
 from tests.test_pipeline import TINY
 

@@ -6,28 +6,28 @@ import json
 import pytest
 from rich.console import Console
 
-from coalign.models.agents import grounder_example
-from coalign.moat.bench import run_bench
-from coalign.moat.report import report_markdown
 from coalign.config import load_config
 from coalign.core.errors import RunError
+from coalign.core.runs import Run
 from coalign.formats.lumos import grounder_prompt, planner_prompt
 from coalign.formats.lumos_iterative import chat_prompt, planner_turn
-from coalign.models.load import load_tokenizer, render_prompt
 from coalign.moat import recipe as moat
-from coalign.moat.sft_data import planner_pair
+from coalign.moat.bench import run_bench
 from coalign.moat.cold_start import round_tasks
 from coalign.moat.recipe import pair_stage, round_premise, run_moat, score_stage
-from coalign.moat.units import round_units, task_units, turn_subgoal
-from coalign.reports.tables import markdown_table
-from coalign.core.runs import Run
-from coalign.training.dpo import dpo_dataset
+from coalign.moat.report import report_markdown
 from coalign.moat.scoring import ActionScore
+from coalign.moat.sft_data import planner_pair
 from coalign.moat.turn_critic import judge_turn, judge_turns
+from coalign.moat.units import round_units, task_units, turn_subgoal
+from coalign.models.agents import grounder_example
+from coalign.models.load import load_tokenizer, render_prompt
+from coalign.reports.tables import markdown_table
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
-from coalign.tasks.sources import load_data
 from coalign.tasks.maths_suite import generate_suite
+from coalign.tasks.sources import load_data
 from coalign.tasks.web_suite import generate_web_suite
+from coalign.training.dpo import dpo_dataset
 from tests.test_iterative import WEB_RUN
 from tests.test_moat import MOAT
 
@@ -146,11 +146,11 @@ def test_turns_are_scored_in_the_gold_context_and_the_gold_subgoal_is_chosen(sit
 def test_a_fitted_grounder_scores_the_gold_subgoal_of_a_turn_below_a_content_free_one(tmp_path) -> None:
     """A tiny grounder fitted (60 steps) to two explicit-style site tasks: in the per-turn scoring context, the
     gold actions are likelier after the gold subgoal than after a vague one, turn by turn."""
-    from coalign.models.agents import Agent
     from coalign.config import SFTSettings, TinySpec
-    from coalign.models.load import make_tiny_model
-    from coalign.moat.sft_data import grounder_examples, tokenizer_texts
     from coalign.moat.scoring import score_completions
+    from coalign.moat.sft_data import grounder_examples, tokenizer_texts
+    from coalign.models.agents import Agent
+    from coalign.models.load import make_tiny_model
     from coalign.training.sft import sft
 
     tasks = [t for t in generate_web_suite("train", 40) if t.subgoal_styles[0] == "explicit"][:2]

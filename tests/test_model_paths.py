@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx2
 import huggingface_hub
-from huggingface_hub import constants as hub_constants
 import pytest
+from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import RepositoryNotFoundError
 from typer.testing import CliRunner
 

@@ -6,10 +6,10 @@ import pickle
 import pytest
 import torch
 
-from coalign.models.agents import Agent, generate
 from coalign.config import DPOSettings, SFTSettings, TinySpec
 from coalign.core.errors import RunError
 from coalign.formats.lumos import grounder_prompt, lumos_generation_prompt, planner_prompt
+from coalign.models.agents import Agent, generate
 from coalign.models.load import load_model, load_tokenizer, make_tiny_model, parameter_count, render_prompt
 from coalign.training.dpo import dpo
 from coalign.training.sft import sft
@@ -78,9 +78,9 @@ def test_text_that_spells_special_tokens_never_becomes_one(tiny, tmp_path):
     """A task, an observation or a model's output that spells `</s>` or a turn tag is text: the prompt
     holds only the format's own control tokens, in SFT, DPO, scoring and multi-turn encoding alike."""
     from coalign.moat.scoring import encode_completion
+    from coalign.models.turns import encode
     from coalign.training.dpo import dpo_dataset
     from coalign.training.sft import sft_dataset
-    from coalign.models.turns import encode
 
     tok = load_tokenizer(tiny)
     prompt_ids = tok(render_prompt(tok, HOSTILE), add_special_tokens=False)["input_ids"]

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coalign.config import BUNDLED, LoraSettings, load_config
+from coalign.config import BUNDLED, STAGES, LoraSettings, load_config
 from coalign.tasks.fetch import LUMOS_SETS
-from coalign.config import STAGES
 
 MOAT = {
     "paper-moat-llama2-7b": "meta-llama/Llama-2-7b-hf",

@@ -13,12 +13,12 @@ from trl import SFTConfig, SFTTrainer
 from coalign import envs
 from coalign.config import GRPOSettings, RunConfig
 from coalign.core.errors import RunError
-from coalign.pilotrl.expert import expert_conversation
+from coalign.core.jsonl import read_jsonl
 from coalign.models.load import load_model, load_tokenizer
+from coalign.models.turns import encode
+from coalign.pilotrl.expert import expert_conversation
 from coalign.pilotrl.recipe import run_pilotrl, summarise
 from coalign.training.sft import conversation_dataset
-from coalign.core.jsonl import read_jsonl
-from coalign.models.turns import encode
 
 TINY = {"vocab_size": 400, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,
         "intermediate_size": 64, "max_positions": 512}  # fmt: skip
@@ -151,8 +151,8 @@ def test_eval_of_a_given_checkpoint_writes_a_new_folder(tmp_path):
 def test_an_evaluated_checkpoint_is_labelled_by_the_stages_it_went_through(tmp_path):
     """`coalign eval --model` of an SFT checkpoint, with a config whose GRPO order is 1->2->3, reports an SFT
     model, not 'GRPO 1->2->3'; a stage's checkpoint reports the stages up to it."""
-    from coalign.pilotrl.report import run_markdown
     from coalign.pilotrl.recipe import evaluate_checkpoint, stages_of
+    from coalign.pilotrl.report import run_markdown
 
     cfg = config(train_tasks=4, eval_tasks=2, sft={**SFT, "epochs": 1})
     run_pilotrl(cfg, tmp_path, Console(quiet=True))

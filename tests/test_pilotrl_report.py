@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from coalign.envs import HELDIN, HELDOUT
-from coalign.pilotrl.expert import expert_conversation
 from coalign.formats.adaplan import parse_turn
+from coalign.pilotrl.expert import expert_conversation
 from coalign.pilotrl.report import paired_table, report_markdown, success_table, update_table
 
 

@@ -133,9 +133,9 @@ def test_a_resume_in_a_new_process_keeps_every_stage(finished, tmp_path):
 
 def test_grounding_ppl_is_the_grounders_perplexity_of_gold_actions_given_the_plans(finished):
     config, run_dir, results = finished
-    from coalign.models.agents import Agent
     from coalign.formats.lumos import format_actions, grounder_prompt
     from coalign.moat.scoring import score_completions
+    from coalign.models.agents import Agent
     from coalign.tasks.sources import load_source
 
     rows = [json.loads(line) for line in (run_dir / "eval" / "heldin-suite-heldin.predictions.jsonl").open()]

@@ -8,7 +8,7 @@ import pytest
 from coalign.config import ConfigError, load_config
 from coalign.tasks import Task
 from coalign.tasks.maths_suite import generate_suite
-from coalign.tasks.plan_following import readable_steps, plan_compositions, plan_following, readable_from_subgoals
+from coalign.tasks.plan_following import plan_compositions, plan_following, readable_from_subgoals, readable_steps
 from coalign.tools.executor import execute
 
 

@@ -12,9 +12,9 @@ from coalign.cli import app
 from coalign.config import ConfigError
 from coalign.core.console import make_console
 from coalign.core.errors import RunError
-from coalign.models.load import load_tokenizer, train_tokenizer
-from coalign.models import bases
 from coalign.core.runs import file_sha256
+from coalign.models import bases
+from coalign.models.load import load_tokenizer, train_tokenizer
 from coalign.pretraining.pretrain import pretrain
 from coalign.pretraining.settings import load_pretrain_config
 

@@ -8,12 +8,12 @@ from functools import cache
 
 import pytest
 
-from coalign.formats.lumos import parse_action
 from coalign.formats.answers import squad_exact_match, strategyqa_match
-from coalign.tasks.qa_suite import HELDIN_TEMPLATES, HELDOUT_TEMPLATES, VAGUE_SUBGOALS, generate_qa_suite
-from coalign.tools.qa_world import COUNTS, build_world, bundled_world
+from coalign.formats.lumos import parse_action
 from coalign.tasks.maths_suite import SPLITS, STYLE_WEIGHTS, STYLES
+from coalign.tasks.qa_suite import HELDIN_TEMPLATES, HELDOUT_TEMPLATES, VAGUE_SUBGOALS, generate_qa_suite
 from coalign.tools.executor import execute
+from coalign.tools.qa_world import COUNTS, build_world, bundled_world
 
 GOLD_CHECKED = 300  # tasks per split whose gold actions are executed
 

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from coalign.formats.lumos import TOOL_PREAMBLES, grounder_prompt
 from coalign.tools import executor, qa
-from coalign.tools.qa_world import bundled_world
 from coalign.tools.executor import MAX_VALUE_CHARS, Trace, execute
 from coalign.tools.maths import ToolError
 from coalign.tools.qa import LocalQA, extract_answer, qa_tools, terms
+from coalign.tools.qa_world import bundled_world
 
 PAGES = {
     "Orvel Guild": (

@@ -16,9 +16,9 @@ from rich.console import Console
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from coalign.core import ranks
 from coalign.cli import app
 from coalign.config import config_to_yaml, load_config
+from coalign.core import ranks
 from coalign.core.errors import RunError
 from coalign.pilotrl.recipe import run_pilotrl
 from tests.test_moat import MOAT

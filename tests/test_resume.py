@@ -25,8 +25,8 @@ from rich.console import Console
 from transformers import LlamaForCausalLM, Trainer
 
 from coalign.config import load_config
-from coalign.moat.recipe import run_moat
 from coalign.core.runs import Run
+from coalign.moat.recipe import run_moat
 from tests.test_moat import MOAT
 
 KILLS, SEED, CHAINS = 24, 0, 2

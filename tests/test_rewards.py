@@ -5,10 +5,11 @@ import math
 import pytest
 
 from coalign.envs import REGISTRY, env_class, make_env
-from coalign.formats.env_actions import MAX_ACTION_CHARS
 from coalign.envs.wordle import spaced
-from coalign.pilotrl.expert import follow_plan
 from coalign.formats.adaplan import format_turn, parse_turn, plan_due, update_plan
+from coalign.formats.env_actions import MAX_ACTION_CHARS
+from coalign.models.endpoint import CallError
+from coalign.pilotrl.expert import follow_plan
 from coalign.pilotrl.rewards import (
     COMPONENTS,
     LLMJudge,
@@ -24,7 +25,6 @@ from coalign.pilotrl.rewards import (
     plan_score,
     reward_functions,
 )
-from coalign.models.endpoint import CallError
 
 # --------------------------------------------------------------------------- episodes
 

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from coalign import envs
-from coalign.pilotrl.runtime import expert_guide, plan_tokens, run_episodes
 from coalign.core.errors import RunError
 from coalign.formats.adaplan import PLAN_CLOSE, format_turn
 from coalign.pilotrl.rollout import RolloutSpec, make_rollout_func, prompt_rows, rollout_rows, trained_mask
+from coalign.pilotrl.runtime import expert_guide, plan_tokens, run_episodes
 from tests.toy_env import ScriptedModel, toy_tokenizer
 
 

@@ -9,10 +9,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from coalign.models.agents import Agent, grounder_example
 from coalign.config import TinySpec
 from coalign.formats.lumos import grounder_prompt, lumos_generation_prompt
-from coalign.models.load import make_tiny_model, render_prompt
 from coalign.moat import scoring as score_module
 from coalign.moat.scoring import (
     ActionScore,
@@ -22,6 +20,8 @@ from coalign.moat.scoring import (
     prefix_groups,
     score_completions,
 )
+from coalign.models.agents import Agent, grounder_example
+from coalign.models.load import make_tiny_model, render_prompt
 
 SPEC = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 EXAMPLES = [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from coalign.config import ConfigError, load_config
+from coalign.config import ConfigError, DataSource, load_config
 from coalign.core.errors import DataError, SkippedRows
 from coalign.formats.lumos_iterative import parse_planner_messages, web_feedback
 from coalign.moat.sft_data import planner_examples
@@ -23,7 +23,6 @@ from coalign.tasks.mind2web import load_mind2web, node_texts
 from coalign.tasks.sources import load_data, load_sources, refuse_in_rounds, source_name
 from coalign.tasks.web_suite import generate_web_suite
 from coalign.tasks.webshop import load_catalogue, load_webshop
-from coalign.config import DataSource
 
 FIXTURES = Path(__file__).parent / "fixtures" / "web"
 MIND2WEB = FIXTURES / "mind2web"

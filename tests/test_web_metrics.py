@@ -6,10 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from coalign.envs.shop import Goal, Product
-from coalign.envs.web import Element, GoldStep
-from coalign.envs.shop import attribute_matches, option_matches, token_set_ratio, type_factor, webshop_reward
-from coalign.envs.web import step_correct, step_success_rate, task_step_success
+from coalign.envs.shop import (
+    Goal,
+    Product,
+    attribute_matches,
+    option_matches,
+    token_set_ratio,
+    type_factor,
+    webshop_reward,
+)
+from coalign.envs.web import Element, GoldStep, step_correct, step_success_rate, task_step_success
 
 PAGE = (
     Element("7", "button", "Search"),

@@ -6,15 +6,14 @@ import re
 from collections import Counter
 from functools import cache
 
+from coalign.envs.shop import Goal, ShopEpisode
+from coalign.envs.web import GoldStep, SiteEpisode, parse_web_action, resolve, step_success_rate
 from coalign.formats.lumos import TOOL_PREAMBLES
 from coalign.tasks import Task
-from coalign.tasks.shop_world import KINDS, PER_KIND, build_catalogue, bundled_catalogue
 from coalign.tasks.maths_suite import SPLITS, STYLES
+from coalign.tasks.shop_world import KINDS, PER_KIND, build_catalogue, bundled_catalogue
 from coalign.tasks.web_sites import TEMPLATES
 from coalign.tasks.web_suite import VAGUE_SUBGOALS, generate_web_suite
-from coalign.envs.shop import Goal, ShopEpisode
-from coalign.envs.web import GoldStep, SiteEpisode, parse_web_action, resolve
-from coalign.envs.web import step_success_rate
 
 GOLD_CHECKED = 300  # tasks per split whose gold actions are executed
 

@@ -6,8 +6,6 @@ import re
 
 import pytest
 
-from coalign.formats.lumos import FormatError
-from coalign.tasks import Task
 from coalign.envs.shop import BUY, Catalogue, Goal, Product, ShopEpisode
 from coalign.envs.web import (
     Element,
@@ -19,6 +17,8 @@ from coalign.envs.web import (
     rank,
     resolve,
 )
+from coalign.formats.lumos import FormatError
+from coalign.tasks import Task
 
 # --------------------------------------------------------------------------- web actions
 

@@ -13,10 +13,10 @@ import torch
 
 from coalign import envs
 from coalign.envs.base import TextEnv
-from coalign.pilotrl.expert import expert_conversation
-from coalign.formats.lumos import lumos_chat
 from coalign.formats.adaplan import format_turn
+from coalign.formats.lumos import lumos_chat
 from coalign.models.load import train_tokenizer
+from coalign.pilotrl.expert import expert_conversation
 
 
 class ToyEnv(TextEnv):

@@ -26,9 +26,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Protocol
 
+from coalign.core.errors import RunError
 from coalign.envs.base import TextEnv
 from coalign.envs.household import ACTIONS as HOUSEHOLD_ACTIONS
-from coalign.core.errors import RunError
 
 GAME_SUFFIXES = (".tw-pddl", ".z8", ".ulx")
 NOTHING = "Nothing happened."

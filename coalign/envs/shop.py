@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import random
 import re
-from statistics import mean
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import mean
 
 from rank_bm25 import BM25Plus
 
-from coalign.formats.lumos import R_VARIABLE, FormatError, parse_action, split_actions
 from coalign.envs.base import Step
 from coalign.envs.episode import Turn, play_turn
 from coalign.envs.web import words
+from coalign.formats.lumos import R_VARIABLE, FormatError, parse_action, split_actions
 from coalign.formats.lumos_iterative import result_feedback
 
 SEARCH_RETURN = 50  # products a search finds (WebShop's SEARCH_RETURN_N)

@@ -5,7 +5,6 @@ Model text is untrusted input: it is cut and squeezed here, before any environme
 
 from __future__ import annotations
 
-
 MAX_ACTION_CHARS = 2000  # longer model text is cut before parsing: no environment needs more
 
 

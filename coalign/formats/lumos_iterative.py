@@ -35,8 +35,8 @@ from coalign.formats.lumos import (
     format_actions,
     lumos_chat,
     lumos_generation_prompt,
-    planner_prompt,
     parse_planner_prompt,
+    planner_prompt,
     split_actions,
 )
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from rich.console import Console
 
 from coalign.config import RunConfig
-from coalign.moat.sft_data import grounder_data
-from coalign.moat.cold_start import check_models, cold_starts, evaluate_run, load_split, round_tasks, train_agent
-from coalign.training.setup import prepare_run
-from coalign.moat.units import round_units
 from coalign.core.runs import Run, write_json
+from coalign.moat.cold_start import check_models, cold_starts, evaluate_run, load_split, round_tasks, train_agent
+from coalign.moat.sft_data import grounder_data
+from coalign.moat.units import round_units
 from coalign.tasks import Task
+from coalign.training.setup import prepare_run
 
 
 def matched_rounds(

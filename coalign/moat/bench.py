@@ -27,12 +27,12 @@ from coalign.config import RunConfig
 from coalign.core.console import make_console
 from coalign.core.machine import describe_machine
 from coalign.core.parallel import Job, run_jobs
-from coalign.moat.cold_start import check_models, cold_starts, record_split
-from coalign.training.setup import prepare_run, record_config
-from coalign.moat.baseline import matched_rounds
-from coalign.moat.recipe import moat_rounds, refuse_llm_critic_on_turns
 from coalign.core.runs import Run, read_json, write_json
+from coalign.moat.baseline import matched_rounds
+from coalign.moat.cold_start import check_models, cold_starts, record_split
+from coalign.moat.recipe import moat_rounds, refuse_llm_critic_on_turns
 from coalign.tasks.sources import load_data, refuse_in_rounds, report_skipped
+from coalign.training.setup import prepare_run, record_config
 
 
 @dataclass(frozen=True)

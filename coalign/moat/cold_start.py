@@ -12,21 +12,20 @@ from pathlib import Path
 
 from rich.console import Console
 
+from coalign.config import LoraSettings, RunConfig
 from coalign.core.console import make_console
 from coalign.core.parallel import Job, run_jobs
-
-from coalign.models.agents import Agent
-from coalign.config import LoraSettings, RunConfig
-from coalign.moat.evaluate import evaluate_tasks, family_summaries, set_family, split_summary
-from coalign.models.load import make_tiny_model
-from coalign.moat.output_room import room
-from coalign.models.bases import starting_point
-from coalign.moat.sft_data import grounder_data, planner_data, tokenizer_texts
 from coalign.core.runs import Run, atomic_dir, read_json, value_digest, write_json, write_jsonl
-from coalign.training.setup import training_settings
-from coalign.training.sft import sft
+from coalign.moat.evaluate import evaluate_tasks, family_summaries, set_family, split_summary
+from coalign.moat.output_room import room
+from coalign.moat.sft_data import grounder_data, planner_data, tokenizer_texts
+from coalign.models.agents import Agent
+from coalign.models.bases import starting_point
+from coalign.models.load import make_tiny_model
 from coalign.tasks import Task
 from coalign.tasks.sources import load_data, report_skipped, source_name
+from coalign.training.setup import training_settings
+from coalign.training.sft import sft
 
 
 def check_models(config: RunConfig) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from coalign.core.endpoint_options import CriticBudget, OpenAIOptions, split_llm_options
+from coalign.formats.answers import answer_correct
 from coalign.formats.lumos import (
     REFERENCE,
     TOOL_PREAMBLES,
@@ -34,7 +35,6 @@ from coalign.formats.lumos import (
     parse_actions,
     parse_subgoals,
 )
-from coalign.formats.answers import answer_correct
 from coalign.models.endpoint import FAILURE_KINDS, RETRYABLE, CallError, Complete, OpenAIChat, retry_delay
 from coalign.tasks import Task
 from coalign.tools.executor import execute

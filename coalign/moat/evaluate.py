@@ -17,13 +17,13 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from statistics import mean
 
-from coalign.models.agents import Agent, ground, plan
 from coalign.config import EvalSettings
+from coalign.formats.answers import accuracy, answer_correct, lumos_exact_match
 from coalign.formats.lumos import FormatError, format_actions, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.formats.lumos_iterative import turn_examples
 from coalign.moat.iterative import Rollout, run_episodes
-from coalign.formats.answers import accuracy, answer_correct, lumos_exact_match
 from coalign.moat.scoring import score_completions
+from coalign.models.agents import Agent, ground, plan
 from coalign.tasks import Task, maths_suite, qa_suite, web_suite
 from coalign.tasks.episodes import grounder_conversation
 from coalign.tools.executor import execute

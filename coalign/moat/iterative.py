@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from coalign.models.agents import Agent, generate
 from coalign.core.console import progress_bar
-from coalign.formats.lumos import FormatError, parse_action, planner_prompt, split_actions
 from coalign.envs.episode import Episode
+from coalign.formats.lumos import FormatError, parse_action, planner_prompt, split_actions
 from coalign.formats.lumos_iterative import Message, grounder_first_prompt, grounder_next_prompt, parse_planner_turn
+from coalign.models.agents import Agent, generate
 from coalign.tasks import Task
 from coalign.tasks.episodes import episode_for
 

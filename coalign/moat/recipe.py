@@ -37,14 +37,13 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from coalign.core import ranks
-from coalign.models.agents import Agent, generate
 from coalign.config import RunConfig
+from coalign.core import ranks
 from coalign.core.errors import RunError
-from coalign.formats.lumos import FormatError, format_subgoals, grounder_prompt, parse_subgoals
+from coalign.core.jsonl import read_jsonl
+from coalign.core.runs import Run, read_json, value_digest, write_json, write_jsonl
 from coalign.formats.answers import answer_correct
-from coalign.models.load import load_tokenizer
-from coalign.moat.sft_data import grounder_data
+from coalign.formats.lumos import FormatError, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.moat.cold_start import (
     check_models,
     check_room,
@@ -54,19 +53,20 @@ from coalign.moat.cold_start import (
     round_tasks,
     train_agent,
 )
-from coalign.training.setup import prepare_run, training_settings
-from coalign.moat.units import Unit, round_units, turn_subgoal
-from coalign.core.runs import Run, read_json, value_digest, write_json, write_jsonl
 from coalign.moat.critic import CriticInput, make_critic, verdict_counts
-from coalign.training.dpo import dpo
 from coalign.moat.pairs import auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
 from coalign.moat.sample import sample_completions
 from coalign.moat.scoring import score_completions
+from coalign.moat.sft_data import grounder_data
 from coalign.moat.turn_critic import judge_turn, judge_turns
+from coalign.moat.units import Unit, round_units, turn_subgoal
+from coalign.models.agents import Agent, generate
+from coalign.models.load import load_tokenizer
 from coalign.tasks import Task
-from coalign.core.jsonl import read_jsonl
 from coalign.tasks.sources import refuse_in_rounds
 from coalign.tools.executor import execute
+from coalign.training.dpo import dpo
+from coalign.training.setup import prepare_run, training_settings
 
 
 def _rows(path: Path) -> list[dict]:

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from coalign.core import ranks
-from coalign.models.agents import Agent
 from coalign.core.console import progress_bar
+from coalign.models.agents import Agent
 from coalign.models.load import as_text, render_prompt
 
 REDUCTIONS = ("mean", "content", "sum")

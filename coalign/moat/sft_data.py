@@ -7,10 +7,10 @@ turn of its gold conversation.
 
 from __future__ import annotations
 
-from coalign.models.agents import grounder_example, planner_example
 from coalign.config import RunConfig
 from coalign.formats.lumos import lumos_chat, lumos_generation_prompt
 from coalign.formats.lumos_iterative import turn_examples
+from coalign.models.agents import grounder_example, planner_example
 from coalign.tasks import Task
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
 from coalign.tasks.maths_suite import COMPOSED, generate_suite

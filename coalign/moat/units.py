@@ -18,9 +18,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from coalign.models.agents import grounder_example, planner_example
 from coalign.formats.lumos import FormatError, grounder_prompt, planner_prompt
 from coalign.formats.lumos_iterative import Message, grounder_first_prompt, grounder_next_prompt, parse_planner_turn
+from coalign.models.agents import grounder_example, planner_example
 from coalign.tasks import Task
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from coalign.core.console import NoBar, progress_bar
-from coalign.models.backends import Backend, HFBackend, Role, make_backend
 from coalign.formats.lumos import format_actions, format_subgoals, grounder_prompt, planner_prompt
+from coalign.models.backends import Backend, HFBackend, Role, make_backend
 from coalign.models.load import inference_device, load_model, load_tokenizer, render_prompt
 from coalign.tasks import Task
 

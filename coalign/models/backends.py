@@ -27,8 +27,8 @@ import torch
 from coalign.core import ranks
 from coalign.core.endpoint_options import CriticBudget, OpenAIOptions
 from coalign.core.errors import RunError
-from coalign.models.load import is_adapter
 from coalign.models.endpoint import RETRYABLE, CallError, request_json, retry_delay
+from coalign.models.load import is_adapter
 
 if TYPE_CHECKING:
     from coalign.config import GenerationSettings

@@ -8,8 +8,7 @@ import shutil
 from pathlib import Path
 
 from coalign.core.errors import RunError
-from coalign.core.runs import file_sha256
-from coalign.core.runs import atomic_dir, read_json
+from coalign.core.runs import atomic_dir, file_sha256, read_json
 
 BASES = Path(__file__).resolve().parent.parent / "bases"
 MAX_BYTES = 50 * 2**20  # a pip wheel, not a model hub

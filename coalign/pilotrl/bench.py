@@ -16,11 +16,10 @@ from rich.console import Console
 
 from coalign.config import PilotRLSettings, RunConfig
 from coalign.core.parallel import Job, run_jobs
-from coalign.pilotrl.curves import bench_curves, plot_curves
-from coalign.pilotrl.report import write_report
-from coalign.pilotrl.recipe import run_pilotrl
 from coalign.core.runs import write_json
-
+from coalign.pilotrl.curves import bench_curves, plot_curves
+from coalign.pilotrl.recipe import run_pilotrl
+from coalign.pilotrl.report import write_report
 
 # bench variant -> its format and GRPO order: the SFT cold starts, Vanilla RL, PilotRL and the paper's ablations
 VARIANTS: dict[str, dict] = {

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from statistics import mean
 
-from coalign.core.errors import DataError
 from coalign.config import STAGES
+from coalign.core.errors import DataError
 from coalign.core.runs import temp_sibling
 
 COMPONENTS = ("format", "adherence", "end_to_end", "plan_quality")  # `rewards.reward_functions`' names

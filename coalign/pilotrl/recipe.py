@@ -18,25 +18,24 @@ from pathlib import Path
 from rich.console import Console
 from transformers import AutoConfig
 
-from coalign.pilotrl.runtime import expert_guide, model_planner, run_episodes
-from coalign.models.agents import Agent
-from coalign.config import PilotRLSettings, RunConfig
+from coalign.config import STAGES, PilotRLSettings, RunConfig
 from coalign.core.endpoint_options import PLANNER_OPTIONS, split_endpoint_options
-from coalign.envs import env_class
 from coalign.core.errors import RunError
-from coalign.pilotrl.expert import LLMPlans, expert_conversation
+from coalign.core.jsonl import read_jsonl
+from coalign.core.runs import Run, atomic_dir, read_json, write_json, write_jsonl
+from coalign.envs import env_class
 from coalign.formats.lumos import lumos_chat
-from coalign.config import STAGES
+from coalign.models.agents import Agent
 from coalign.models.bases import starting_point
+from coalign.models.endpoint import OpenAIChat
 from coalign.models.load import adapter_base, is_adapter, load_tokenizer, longest_in_tokens, make_tiny_model
-from coalign.training.setup import prepare_run, training_settings
+from coalign.pilotrl.expert import LLMPlans, expert_conversation
 from coalign.pilotrl.rewards import first_plan_correct, llm_judge
 from coalign.pilotrl.rollout import RolloutSpec, prompt_rows
-from coalign.core.runs import Run, atomic_dir, read_json, write_json, write_jsonl
-from coalign.models.endpoint import OpenAIChat
+from coalign.pilotrl.runtime import expert_guide, model_planner, run_episodes
 from coalign.pilotrl.stages import grpo_stage
+from coalign.training.setup import prepare_run, training_settings
 from coalign.training.sft import sft_conversations
-from coalign.core.jsonl import read_jsonl
 
 
 def training_episodes(settings: PilotRLSettings, seed: int, llm: LLMPlans | None = None) -> list[dict]:

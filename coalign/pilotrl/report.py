@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coalign.reports.tables import pipe_table
-from coalign.reports.stats import mean_std, paired_diff, paired_t, seeds_of, t_bars
 from coalign.config import order_label
 from coalign.core.runs import atomic_write_text
+from coalign.reports.stats import mean_std, paired_diff, paired_t, seeds_of, t_bars
+from coalign.reports.tables import pipe_table
 
 NAMES = {
     "adaplan": "SFT (AdaPlan)",

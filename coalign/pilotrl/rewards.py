@@ -48,11 +48,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from coalign.core.endpoint_options import split_judge_options
 from coalign.envs import REGISTRY, TextEnv, env_class, make_env
 from coalign.formats.env_actions import MAX_ACTION_CHARS, clean_action
-from coalign.pilotrl.expert import PlanQuality, follow_plan, plan_quality
-from coalign.core.endpoint_options import split_judge_options
 from coalign.models.endpoint import FAILURE_KINDS, RETRYABLE, CallError, Complete, OpenAIChat
+from coalign.pilotrl.expert import PlanQuality, follow_plan, plan_quality
 
 COMPONENTS = ("format", "adherence", "end_to_end", "plan_quality")
 PARTLY = 0.5  # the Dice coefficient from which a different action partly follows the step

@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from coalign.core import ranks
-from coalign.pilotrl.runtime import Episode, expert_guide, run_episodes
-from coalign.envs import make_env
 from coalign.core.errors import RunError
+from coalign.envs import make_env
 from coalign.formats.adaplan import first_message
 from coalign.models.turn_writers import TurnWriter, cut_after_eos
+from coalign.pilotrl.runtime import Episode, expert_guide, run_episodes
 
 TRAINS = ("all", "plan", "action")  # which generated tokens a stage trains
 

@@ -31,8 +31,8 @@ from coalign.formats.adaplan import (
     update_plan,
 )
 from coalign.models.load import as_text
-from coalign.models.turns import encode_segment, segments
 from coalign.models.turn_writers import TurnWriter, generate_turns, hf_turns
+from coalign.models.turns import encode_segment, segments
 
 
 @dataclass

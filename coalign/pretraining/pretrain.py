@@ -24,13 +24,12 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import SFTConfig, SFTTrainer
 
 from coalign.core.errors import RunError
-from coalign.models.load import load_model, load_tokenizer, make_tiny_model, parameter_count
+from coalign.core.runs import Run, atomic_dir, atomic_write_text, file_sha256, read_json, write_json
 from coalign.models.bases import finished_base
+from coalign.models.load import load_model, load_tokenizer, make_tiny_model, parameter_count
 from coalign.pretraining.corpus import CorpusSettings, build_corpus
-from coalign.core.runs import file_sha256
 from coalign.pretraining.leakage import leakage_report
 from coalign.pretraining.settings import PretrainConfig
-from coalign.core.runs import Run, atomic_dir, atomic_write_text, read_json, write_json
 from coalign.training.common import quiet_transformers
 
 BASE_FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")

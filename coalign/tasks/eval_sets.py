@@ -19,8 +19,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from coalign.tasks.fetch import RECORD, FetchError, read_record
 from coalign.core.runs import atomic_write_bytes, file_digest, write_json
+from coalign.tasks.fetch import RECORD, FetchError, read_record
 
 Getter = Callable[[str], bytes]  # url -> the bytes served there
 TIMEOUT_S = 60

@@ -9,8 +9,8 @@ through the same check, each task judged by its benchmark's answer rule.
 
 from __future__ import annotations
 
-from collections import Counter
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction

@@ -14,10 +14,10 @@ from fractions import Fraction
 from pathlib import Path
 
 from coalign.core.errors import DataError, SkippedRows
+from coalign.core.jsonl import convert_rows, read_jsonl, require_text
 from coalign.formats.answers import gsm8k_gold_answer
 from coalign.tasks import Task
 from coalign.tasks.arithmetic import Operation, evaluate, parse
-from coalign.core.jsonl import convert_rows, read_jsonl, require_text
 from coalign.tools.executor import execute
 
 _ANNOTATION = re.compile(r"<<([^<>]*)>>")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from coalign.core.errors import DataError, SkippedRows
-from coalign.tasks import Task
 from coalign.core.jsonl import convert_json_list, require, require_text, type_name
+from coalign.tasks import Task
 
 TYPES = ("bridge", "comparison")
 

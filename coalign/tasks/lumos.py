@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from coalign.core.errors import DataError, SkippedRows, keep_or_skip
+from coalign.core.jsonl import convert_rows, read_jsonl, require, require_text
+from coalign.core.runs import write_jsonl
 from coalign.formats.lumos import (
     TOOL_FAMILIES,
     TOOL_PREAMBLES,
@@ -31,10 +33,8 @@ from coalign.formats.lumos import (
     split_actions,
 )
 from coalign.formats.lumos_iterative import parse_grounder_messages, parse_planner_messages
-from coalign.core.runs import write_jsonl
 from coalign.tasks import Task
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
-from coalign.core.jsonl import convert_rows, read_jsonl, require, require_text
 
 ROLES = ("user", "assistant")
 Parsed = TypeVar("Parsed")

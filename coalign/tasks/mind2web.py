@@ -17,9 +17,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from coalign.core.errors import DataError, SkippedRows
-from coalign.tasks import Task
 from coalign.core.jsonl import convert_rows, read_json, require, require_text, type_name
 from coalign.envs.web import NAMING_ATTRIBUTES, OPERATIONS, Element, GoldStep
+from coalign.tasks import Task
 
 KEPT_ATTRIBUTES = (*NAMING_ATTRIBUTES, "type", "role")
 MAX_TEXT_WORDS = 100

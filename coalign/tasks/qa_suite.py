@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from coalign.tasks import Task
-from coalign.tools.qa_world import Entity, World, bundled_world, number
 from coalign.tasks.maths_suite import SPLITS, STYLE_WEIGHTS
+from coalign.tools.qa_world import Entity, World, bundled_world, number
 
 HELDIN_SHARE = 5  # one question in HELDIN_SHARE (by text digest) belongs to "heldin", the rest to "train"
 VAGUE_SUBGOALS = ("Find the needed fact", "Look up the next piece of information", "Work out the answer")

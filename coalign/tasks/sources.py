@@ -14,14 +14,13 @@ from coalign.tasks import Task
 from coalign.tasks.gsm8k import load_gsm8k
 from coalign.tasks.hotpotqa import load_hotpotqa
 from coalign.tasks.lumos import load_lumos_tasks
+from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.mind2web import load_mind2web
 from coalign.tasks.qa_suite import generate_qa_suite
 from coalign.tasks.strategyqa import load_strategyqa
-from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.svamp import load_svamp
 from coalign.tasks.web_suite import generate_web_suite
 from coalign.tasks.webshop import load_webshop
-
 
 FILE_LOADERS: dict[str, Callable[[Path, SkippedRows | None], list[Task]]] = {
     "gsm8k": load_gsm8k,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from coalign.core.errors import DataError, SkippedRows
+from coalign.core.jsonl import convert_json_list, require, require_text, type_name
 from coalign.formats.answers import strategyqa_gold_answer
 from coalign.tasks import Task
-from coalign.core.jsonl import convert_json_list, require, require_text, type_name
 
 
 def load_strategyqa(path: str | Path, skipped: SkippedRows | None = None) -> list[Task]:

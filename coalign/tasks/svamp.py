@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from coalign.core.errors import DataError, SkippedRows
+from coalign.core.jsonl import convert_json_list, require, require_text
 from coalign.formats.answers import svamp_gold_answer
 from coalign.tasks import Task
 from coalign.tasks.arithmetic import Expression, parse
-from coalign.core.jsonl import convert_json_list, require, require_text
 
 _VERBS = {"+": "Add {b} to {a}", "-": "Subtract {b} from {a}", "*": "Multiply {a} by {b}", "/": "Divide {a} by {b}"}
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 import hashlib
 import random
 
-from coalign.tasks import Task
-from coalign.tasks.shop_world import bundled_catalogue, kind_of
-from coalign.tasks.maths_suite import SPLITS, STYLE_WEIGHTS
-from coalign.tasks.web_sites import TEMPLATES, SiteTask
 from coalign.envs.shop import BUY, NO_PRICE_LIMIT, PREV, Catalogue, Goal, ShopEpisode, price_upper
 from coalign.envs.web import START_PAGE, Element, format_web_action
+from coalign.tasks import Task
+from coalign.tasks.maths_suite import SPLITS, STYLE_WEIGHTS
+from coalign.tasks.shop_world import bundled_catalogue, kind_of
+from coalign.tasks.web_sites import TEMPLATES, SiteTask
 
 HELDIN_SHARE = 5  # one task in HELDIN_SHARE (by text digest) belongs to "heldin", the rest to "train"
 VAGUE_SUBGOALS = ("Do the next step on the page", "Continue with the task", "Go on to the next part")

@@ -25,9 +25,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from coalign.core.errors import DataError, SkippedRows, keep_or_skip
-from coalign.tasks import Task
 from coalign.core.jsonl import convert_rows, read_json, require, require_text, type_name
 from coalign.envs.shop import NO_PRICE_LIMIT, Catalogue, Goal, Product, price_upper
+from coalign.tasks import Task
 
 PRODUCT_FILES = ("items_shuffle_1000.json", "items_shuffle.json")
 ATTRIBUTE_FILES = ("items_ins_v2_1000.json", "items_ins_v2.json")

@@ -14,10 +14,10 @@ import torch
 from peft import LoraConfig
 from transformers.utils import logging as hf_logging
 
-from coalign.core import ranks
 from coalign.config import DPOSettings, GRPOSettings, LoraSettings, SFTSettings
-from coalign.models.load import ADAPTER_CONFIG, is_adapter, load_model
+from coalign.core import ranks
 from coalign.core.runs import atomic_dir
+from coalign.models.load import ADAPTER_CONFIG, is_adapter, load_model
 
 
 def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, seed: int) -> dict:

@@ -14,8 +14,8 @@ from pathlib import Path
 from datasets import Dataset, load_from_disk
 from trl import DPOConfig, DPOTrainer
 
-from coalign.core import ranks
 from coalign.config import DPOSettings, LoraSettings
+from coalign.core import ranks
 from coalign.models.load import as_text, load_tokenizer, render_prompt
 from coalign.training.common import train_and_save, trainer_args, training_model
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from datasets import Dataset
-from transformers.trainer_utils import get_last_checkpoint
 from torch.utils.data import Sampler
+from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 

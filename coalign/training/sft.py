@@ -15,8 +15,8 @@ from trl import SFTConfig, SFTTrainer
 
 from coalign.config import LoraSettings, SFTSettings
 from coalign.models.load import as_text, load_tokenizer, render_prompt
-from coalign.training.common import train_and_save, trainer_args, training_model
 from coalign.models.turns import encode
+from coalign.training.common import train_and_save, trainer_args, training_model
 
 
 def sft_dataset(tokenizer, examples: Sequence[tuple[str, str]]) -> Dataset:
