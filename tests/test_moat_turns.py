@@ -1,6 +1,7 @@
 """MOAT per turn on web tasks: units and their prompts, per-turn scoring and pairs, the per-turn critic, a
 mixed maths + web round end to end (resumed), the bench over web sets, and the onetime path unchanged."""
 
+import io
 import json
 
 import pytest
@@ -22,7 +23,7 @@ from coalign.moat.turn_critic import judge_turn, judge_turns
 from coalign.moat.units import round_units, task_units, turn_subgoal
 from coalign.models.agents import grounder_example
 from coalign.models.load import load_tokenizer, render_prompt
-from coalign.reports.tables import markdown_table
+from coalign.reports.tables import eval_rows, eval_table
 from coalign.tasks.episodes import grounder_conversation, planner_conversation
 from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.sources import load_data
@@ -301,5 +302,8 @@ def test_the_bench_takes_web_sets_and_reports_their_metrics(tmp_path) -> None:
     assert "web-suite-heldin the step success rate" in report and "web-suite-heldout the reward" in report
     assert "| web avg [gold sg] |" in report and "| web PPL [gold sg] |" in report
     assert "nan" not in report.split("## Grounding PPL")[1].split("##")[0]
-    table = markdown_table(results["runs"]["moat"]["0"]["rounds"]["round1"])
-    assert "web-suite-heldin (step success rate)" in table
+    round1 = results["runs"]["moat"]["0"]["rounds"]["round1"]
+    assert [row[0] for row in eval_rows(round1["heldin"])] == ["web-suite-heldin", "average"]
+    shown = Console(width=80, file=io.StringIO(), record=True)
+    shown.print(eval_table(round1))
+    assert "web-suite-heldin the step success rate" in " ".join(shown.export_text().split())

@@ -162,3 +162,30 @@ def test_the_pilotrl_demo_report_fits_80_columns():
 def test_one_pilotrl_runs_tables_fit_80_columns():
     """`coalign show` of one run prints the same tables for its one seed."""
     assert_fits(pilotrl_report.run_markdown(pilotrl_demo_results()["runs"]["adaplan"]["0"]))
+
+
+def _web(acc: float, metric: str) -> dict:
+    return {**metrics(acc, acc, 0.0, 2.0), "metric": metric, "grounding_ppl_gold_subgoals": 1.5, "lumos_exact": None}
+
+
+def test_the_evaluation_tables_of_train_and_eval_fit_80_columns():
+    """`coalign train` and `eval` print `eval_table`: a mixed run's sets, web ones with their metric, fit whole."""
+    from coalign.reports.tables import eval_table
+
+    maths, web = metrics(0.345, 0.625, 0.225, 3.56), _web(0.171, "step_success_rate")
+    heldin = {
+        "sets": {"suite-heldin": {"n": 200, **maths}, "web-suite-heldin": {"n": 100, **web}},
+        "average": maths,
+        "families": {"suite-heldin": "maths", "web-suite-heldin": "web"},
+        "family_average": {"maths": maths, "web": web},
+    }
+    results = {"heldin": heldin, "heldout": split("suite-heldout", metrics(0.005, 0.45, 0.015, 14.95))}
+    console = Console(width=WIDTH, file=io.StringIO(), record=True, color_system=None)
+    console.print(eval_table(results, title="MOAT round2: evaluation (%)"))
+    lines = console.export_text().splitlines()
+    assert max(map(len, lines)) <= WIDTH and "…" not in "\n".join(lines)
+    rows = {line.split()[0]: line.split() for line in lines if line.strip().startswith(("suite", "web", "average"))}
+    web_row = ["web-suite-heldin", "100", "17.1", "-", "17.1", "0.0", "0.0", "100.0", "1.500", "2.000"]
+    assert rows["web-suite-heldin"] == web_row and "ppl|gold" in "\n".join(lines)  # held-in keeps the web column
+    assert rows["suite-heldout"] == ["suite-heldout", "200", "0.5", "0.5", "45.0", "1.5", "44.5", "100.0", "14.950"]
+    assert "web-suite-heldin the step success rate" in " ".join(lines)

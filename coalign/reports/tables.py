@@ -1,29 +1,37 @@
-"""Tables for the terminal (rich) and for README/markdown reports, from metrics dicts."""
+"""Tables for the terminal (rich) and for markdown reports, from metrics dicts.
+
+The terminal's tables fit 80 columns: one evaluation table per split, short headers explained in a legend
+under them, and a column that no set fills left out.
+"""
 
 from __future__ import annotations
 
+from rich import box
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 COLUMNS = [
     ("accuracy", "acc"),
     ("lumos_exact", "exact"),
-    ("grounder_acc_gold_subgoals", "gold sg"),
-    ("grounder_acc_blank_subgoals", "blank sg"),
+    ("grounder_acc_gold_subgoals", "gold"),
+    ("grounder_acc_blank_subgoals", "blank"),
     ("capability_gap", "gap"),
-    ("plan_well_formed", "plans ok"),
-    ("grounding_ppl_gold_subgoals", "ppl | gold sg"),
+    ("plan_well_formed", "plans"),
+    ("grounding_ppl_gold_subgoals", "ppl|gold"),
     ("grounding_ppl", "ppl"),
 ]
 NOT_PERCENT = {"grounding_ppl", "grounding_ppl_gold_subgoals"}
+SPLITS = {"heldin": "held-in", "heldout": "held-out"}
 LEGEND = (
     "acc: end-to-end accuracy by each benchmark's rule (numeric match for maths, Lumos's yes/no rule for "
     "StrategyQA-style QA, SQuAD exact match for HotpotQA-style QA; for web sets, run turn by turn, Mind2Web's step "
     "success rate on sites and the mean WebShop reward in the shop); exact: Lumos exact string match (maths only); "
-    "gold sg / blank sg: the same given the gold / blanked subgoals; gap: capability gap = gold sg - acc; "
-    "plans ok: planner outputs that parse as subgoal sequences (web: every planner turn parsed); ppl: grounder "
+    "gold / blank: the same given the gold / blanked subgoals; gap: capability gap = gold - acc; "
+    "plans: planner outputs that parse as subgoal sequences (web: every planner turn parsed); ppl: grounder "
     "perplexity of the gold actions given the planner's subgoals (mean over tasks; not a percentage; averaged only "
-    "within a task family); ppl | gold sg: the same given the gold subgoals, turn by turn (web sets, where the "
-    "planner's subgoals need not align with the gold actions)"
+    "within a task family); ppl|gold: the same given the gold subgoals, turn by turn (web sets, where the "
+    "planner's subgoals need not align with the gold actions). A column no set fills is left out."
 )
 
 
@@ -37,32 +45,46 @@ def _cell(key: str, value) -> str:
     return _pct(value)
 
 
-def eval_rows(results: dict) -> list[list[str]]:
-    """One row per evaluation set plus a row per split average (percentages); where a split mixes task
-    families, also one average row per family (the only average that shows PPL)."""
-    rows = []
-    for split in ("heldin", "heldout"):
-        block = results.get(split, {})
-        for name, m in block.get("sets", {}).items():
-            label = f"{name} ({m['metric'].replace('_', ' ')})" if m.get("metric") else name  # web: what acc holds
-            rows.append([split, label, str(m["n"])] + [_cell(k, m.get(k)) for k, _ in COLUMNS])
-        if block.get("sets"):
-            avg = block["average"]
-            rows.append([split, "average", ""] + [_cell(k, avg.get(k)) for k, _ in COLUMNS])
-            by_family = block.get("family_average", {})
-            if len(by_family) > 1:
-                for family, fam in by_family.items():
-                    rows.append([split, f"average ({family})", ""] + [_cell(k, fam.get(k)) for k, _ in COLUMNS])
+def eval_rows(block: dict) -> list[list[str]]:
+    """One split's rows: one per evaluation set (name, n, a cell per `COLUMNS`), then the split's average and,
+    where the split mixes task families, one average per family (the only average that shows PPL)."""
+    rows = [[name, str(m["n"])] + [_cell(k, m.get(k)) for k, _ in COLUMNS] for name, m in block.get("sets", {}).items()]
+    if rows:
+        rows.append(["average", ""] + [_cell(k, block["average"].get(k)) for k, _ in COLUMNS])
+        by_family = block.get("family_average", {})
+        if len(by_family) > 1:
+            rows += [[f"average ({f})", ""] + [_cell(k, m.get(k)) for k, _ in COLUMNS] for f, m in by_family.items()]
     return rows
 
 
-def eval_table(results: dict, title: str = "evaluation (%)") -> Table:
-    table = Table(title=title, caption=LEGEND)
-    for header in ["split", "set", "n"] + [h for _, h in COLUMNS]:
-        table.add_column(header, justify="right" if header not in ("split", "set") else "left")
-    for row in eval_rows(results):
-        table.add_row(*row)
-    return table
+def _metric_note(results: dict) -> str:
+    """Which sets' acc column holds another metric than accuracy (web sets), or nothing."""
+    held = [
+        f"{name} the {m['metric'].replace('_', ' ')}"
+        for block in results.values()
+        for name, m in block.get("sets", {}).items()
+        if m.get("metric")
+    ]
+    return f" The acc of web sets is their benchmark's metric: {', '.join(held)}." if held else ""
+
+
+def eval_table(results: dict, title: str = "evaluation (%)") -> Group:
+    """The evaluation of both splits for the terminal: a table per split, then the legend."""
+    tables = []
+    for split, split_name in SPLITS.items():
+        rows = eval_rows(results.get(split, {}))
+        if not rows:
+            continue
+        filled = [i for i in range(len(COLUMNS)) if any(row[2 + i] != "-" for row in rows)]
+        table = Table(title=f"{title}, {split_name}", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+        table.add_column("set")
+        table.add_column("n", justify="right")
+        for i in filled:
+            table.add_column(COLUMNS[i][1], justify="right")
+        for row in rows:
+            table.add_row(row[0], row[1], *[row[2 + i] for i in filled])
+        tables.append(table)
+    return Group(*tables, Text(LEGEND + _metric_note(results)))
 
 
 def style_table(results: dict) -> Table:
@@ -86,13 +108,6 @@ def style_table(results: dict) -> Table:
                 counts = m.get("style_counts", {})
                 table.add_row(f"{split}/{name}", *[f"{_pct(by.get(s))} (n={counts.get(s, 0)})" for s in styles])
     return table
-
-
-def markdown_table(results: dict) -> str:
-    headers = ["split", "set", "n"] + [h for _, h in COLUMNS]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(row) + " |" for row in eval_rows(results)]
-    return "\n".join(lines) + f"\n\n{LEGEND}"
 
 
 def pipe_table(headers: list[str], rows: list[list[str]]) -> str:
