@@ -158,18 +158,18 @@ def _mixed_block(maths_acc: float, qa_acc: float, maths_ppl: float, qa_ppl: floa
 
 
 def test_eval_table_gives_each_set_and_family_and_no_cross_family_ppl():
-    results = {"heldin": _mixed_block(0.5, 0.25, 2.0, 10.0), "heldout": {"sets": {}, "average": {}}}
-    rows = {row[1]: row for row in eval_rows(results)}
+    rows = {row[0]: row for row in eval_rows(_mixed_block(0.5, 0.25, 2.0, 10.0))}
     assert list(rows) == ["suite-heldin", "qa-suite-heldin", "average", "average (maths)", "average (qa)"]
-    acc, exact, ppl = 3, 4, -1  # columns after split, set, n
+    acc, exact, ppl = 2, 3, -1  # columns after set, n
     assert (rows["average"][acc], rows["average"][exact], rows["average"][ppl]) == ("37.5", "-", "-")
     assert (rows["qa-suite-heldin"][exact], rows["average (qa)"][ppl], rows["average (maths)"][ppl]) == (
         "-",
         "10.000",
         "2.000",
     )
-    maths_only = {"heldin": {"sets": {"suite-heldin": {"n": 2, "accuracy": 0.5}}, "average": {"accuracy": 0.5}}}
-    assert [row[1] for row in eval_rows({**maths_only, "heldout": {}})] == ["suite-heldin", "average"]
+    maths_only = {"sets": {"suite-heldin": {"n": 2, "accuracy": 0.5}}, "average": {"accuracy": 0.5}}
+    assert [row[0] for row in eval_rows(maths_only)] == ["suite-heldin", "average"]
+    assert eval_rows({}) == [] and eval_rows({"sets": {}, "average": {}}) == []
 
 
 def test_bench_tables_put_every_set_in_a_column_and_ppl_per_family():
