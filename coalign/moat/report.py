@@ -13,7 +13,7 @@ from pathlib import Path
 from coalign.core.machine import machine_summary
 from coalign.core.runs import atomic_write_text
 from coalign.reports.stats import fmt, mean_std, paired_diff, paired_t, seeds_of, t_bars
-from coalign.reports.tables import pipe_table
+from coalign.reports.tables import SPLITS, pipe_table
 
 NAMES = {
     "lumos": "Lumos (matched)",
@@ -24,7 +24,6 @@ NAMES = {
 }
 COLD = "Lumos (cold start)"
 PLOT_NAMES = {"lumos": "Lumos (matched budget)"}  # the plots have room for the long name
-SPLITS = {"heldin": "held-in", "heldout": "held-out"}
 # The tables fit an 80-column terminal (rich's rendering of the markdown, as `coalign bench` prints it): short
 # row labels and headers, explained in a legend under the table, and the widest tables one per split.
 LEGEND = (

@@ -12,7 +12,7 @@ from pathlib import Path
 from coalign.config import order_label
 from coalign.core.runs import atomic_write_text
 from coalign.reports.stats import mean_std, paired_diff, paired_t, seeds_of, t_bars
-from coalign.reports.tables import pipe_table
+from coalign.reports.tables import SPLITS, pipe_table
 
 NAMES = {
     "adaplan": "SFT (AdaPlan)",
@@ -29,7 +29,6 @@ NAMES = {
 PLAN_MEASURES = ("plan_correct",)  # measured on AdaPlan runs only: ReAct writes no plan
 # (variant, baseline) pairs compared per seed when both ran: the paper's claims, then its ablations
 ABLATIONS = ("order_all", "order_23", "order_13", "order_12", "order_213", "isolated")
-SPLITS = {"heldin": "held-in", "heldout": "held-out"}
 PAIRS = [("adaplan", "react"), ("pilotrl", "adaplan"), ("vanilla_rl", "react"), ("pilotrl", "vanilla_rl"),
          *((v, "pilotrl") for v in ABLATIONS)]  # fmt: skip
 

@@ -22,7 +22,7 @@ COLUMNS = [
     ("grounding_ppl", "ppl"),
 ]
 NOT_PERCENT = {"grounding_ppl", "grounding_ppl_gold_subgoals"}
-SPLITS = {"heldin": "held-in", "heldout": "held-out"}
+SPLITS = {"heldin": "held-in", "heldout": "held-out"}  # how every table names the two splits
 LEGEND = (
     "acc: end-to-end accuracy by each benchmark's rule (numeric match for maths, Lumos's yes/no rule for "
     "StrategyQA-style QA, SQuAD exact match for HotpotQA-style QA; for web sets, run turn by turn, Mind2Web's step "
