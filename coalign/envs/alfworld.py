@@ -21,7 +21,7 @@ import copy
 import os
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,9 +52,13 @@ def default_games() -> Path:
     return Path(os.environ.get("ALFWORLD_DATA") or "~/.cache/alfworld").expanduser()
 
 
+def _games(games: Path) -> Iterator[Path]:
+    return (p for p in games.rglob("*") if p.suffix in GAME_SUFFIXES and p.is_file())
+
+
 def game_files(games: Path) -> list[Path]:
     """The game files under `games`, searched recursively, in a fixed order."""
-    return sorted(p for p in games.rglob("*") if p.suffix in GAME_SUFFIXES and p.is_file())
+    return sorted(_games(games))
 
 
 def no_games(games: Path) -> str:
@@ -110,8 +114,7 @@ class AlfworldEnv(TextEnv):
         if find_spec("alfworld") is None or find_spec("textworld") is None:
             return INSTALL
         games = default_games()
-        found = any(p.suffix in GAME_SUFFIXES and p.is_file() for p in games.rglob("*"))
-        return "" if found else no_games(games)
+        return "" if any(_games(games)) else no_games(games)
 
     def __init__(
         self, games: str | Path | None = None, start_game: Callable[[Path], Game] | None = None, max_steps: int = 50

@@ -31,6 +31,7 @@ from coalign.core.runs import Run, read_json, write_json
 from coalign.moat.baseline import matched_rounds
 from coalign.moat.cold_start import check_models, cold_starts, record_split
 from coalign.moat.recipe import moat_rounds, refuse_llm_critic_on_turns
+from coalign.moat.report import write_report
 from coalign.tasks.sources import load_data, refuse_in_rounds, report_skipped
 from coalign.training.setup import prepare_run, record_config
 
@@ -133,8 +134,6 @@ def run_bench(
     """Run every (seed, recipe), resuming finished work; write results.json, report.md and the plots
     (prefixed `name-` when given, so several benches can share one folder and its cold starts).
     Every run folder's config is checked before any work starts; `force` resumes those that differ."""
-    from coalign.moat.report import write_report
-
     root, started = Path(root), time.time()
     configs = {(s, r): recipe_config(config, r, s) for s in seeds for r in recipes}  # unknown recipes fail here
     cold = {s: root / f"seed{s}" / "cold_start" for s in seeds}

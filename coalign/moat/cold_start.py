@@ -224,8 +224,8 @@ def cold_starts(
         for agent in agents
         for label, (config, folder) in runs.items()
     ]
-    done = iter(run_jobs(jobs, workers, "cold start", console))
-    grounders, planners = ({label: next(done) for label in runs} for _ in agents)
+    done = run_jobs(jobs, workers, "cold start", console)  # every grounder's checkpoint, then every planner's
+    grounders, planners = dict(zip(runs, done[: len(runs)])), dict(zip(runs, done[len(runs) :]))
     jobs = [
         Job(
             f"{label} {evaluation}".strip(),
