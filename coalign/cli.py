@@ -364,28 +364,33 @@ def report(
 
 @app.command()
 def demo(
-    recipe: Annotated[str, typer.Argument(help="which demo: moat or pilotrl")] = "moat",
+    recipe: Annotated[str, typer.Argument(help="which demo: moat, smol or pilotrl")] = "moat",
     run_dir: Annotated[
-        Optional[Path], typer.Option("--run-dir", help="demo folder (default: runs/demo or runs/demo-pilotrl)")
+        Optional[Path], typer.Option("--run-dir", help="demo folder (default: runs/demo-RECIPE)")
     ] = None,
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """Run a small demo from the shipped pretrained base.
+    """Run a small demo.
 
-    moat: planner and grounder SFT (Agent Lumos), then one small MOAT round,
-    against the Lumos baseline. pilotrl: SFT on expert episodes as AdaPlan
-    and as ReAct, on the six environments."""
+    moat: from the shipped tiny bases, planner and grounder SFT (Agent Lumos),
+    then one small MOAT round, against the Lumos baseline. smol: the same on
+    SmolLM2-135M-Instruct with GSM8K and SVAMP (seed 0 of: coalign bench smol).
+    pilotrl: SFT on expert episodes as AdaPlan and as ReAct, on the six
+    environments."""
     if recipe == "moat":
         _bench("tiny", run_dir or Path("runs/demo"), [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_],
+               force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
+    elif recipe == "smol":
+        _bench("smol", run_dir or Path("runs/demo-smol"), [0], ["lumos", "moat"], None, list(set_),
                force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
     elif recipe == "pilotrl":
         _bench("tiny-pilotrl", run_dir or Path("runs/demo-pilotrl"), [0], ["adaplan", "react"], None,
                [*PILOTRL_DEMO_SETTINGS, *set_],
                force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
     else:
-        raise typer.BadParameter(f"the demos are moat and pilotrl, got {recipe!r}")
+        raise typer.BadParameter(f"the demos are moat, smol and pilotrl, got {recipe!r}")
 
 
 @app.command("exec")

@@ -9,11 +9,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, ClassVar, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from coalign.core.endpoint_options import (
     PLANNER_OPTIONS,
@@ -28,10 +39,34 @@ from coalign.core.runs import value_changes
 class Settings(BaseModel):
     # No inf/NaN floats: YAML `.inf` or `--set x.epochs=1e400` would pass `gt=0` and train forever or diverge.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # Keys added after run folders were saved with this block: left out of its dump while at their default, so
+    # those folders' saved configs and recorded stage settings still match, and they resume.
+    new_keys: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_new_defaults(self, handler: SerializerFunctionWrapHandler) -> dict:
+        data = handler(self)
+        for name in self.new_keys:
+            if getattr(self, name) == type(self).model_fields[name].default:
+                data.pop(name, None)
+        return data
+
+
+def _precision(value: object) -> bool | str:
+    if isinstance(value, bool) or value == "auto":
+        return value
+    raise ValueError(f"must be true, false or auto, not {value!r}")
+
+
+Precision = Annotated[bool | Literal["auto"], PlainValidator(_precision)]  # one error for a wrong value, not one a type
+BF16 = "train in bf16: true, false, or auto (bf16 on a GPU that has it or a CPU with native bf16, else fp32)"
+CHECKPOINTING = "recompute activations in the backward pass: less memory (a 7B model on one GPU), more time"
 
 
 class SFTSettings(Settings):
     """Supervised fine-tuning. Defaults are the paper's (Lumos/MOAT: lr 2e-5, batch 128, 2 epochs)."""
+
+    new_keys = ("gradient_checkpointing",)
 
     learning_rate: float = Field(2e-5, gt=0)
     epochs: float = Field(2.0, gt=0)
@@ -43,7 +78,8 @@ class SFTSettings(Settings):
     warmup_ratio: float = Field(0.03, ge=0, lt=1)
     lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "linear"
     weight_decay: float = Field(0.0, ge=0)
-    bf16: bool = False
+    bf16: Precision = Field(False, description=BF16)
+    gradient_checkpointing: bool = Field(False, description=CHECKPOINTING)
     logging_steps: int = Field(10, ge=1)
     group_by_length: bool = Field(
         False, description="batch examples of similar length: less padding (tiny grounder: 1.29x the steps/s)"
@@ -53,6 +89,8 @@ class SFTSettings(Settings):
 class DPOSettings(Settings):
     """Planner DPO (MOAT stage 1). Defaults: the paper's (lr 4e-7, batch 4 x 8, cosine, max length 1024)
     and the authors' release (beta 0.2 sigmoid, warmup 0.05, weight decay 1e-4, 1 epoch)."""
+
+    new_keys = ("gradient_checkpointing",)
 
     learning_rate: float = Field(4e-7, gt=0)
     beta: float = Field(0.2, gt=0)
@@ -64,7 +102,8 @@ class DPOSettings(Settings):
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "cosine"
     weight_decay: float = Field(1e-4, ge=0)
-    bf16: bool = False
+    bf16: Precision = Field(False, description=BF16)
+    gradient_checkpointing: bool = Field(False, description=CHECKPOINTING)
     logging_steps: int = Field(10, ge=1)
 
 
@@ -113,7 +152,11 @@ class DataSource(Settings):
     JSON file or a folder of them at `path`; `webshop`: a WebShop data folder at `path` (the QA and
     web ones have no gold plans: evaluation only); `lumos`: Agent Lumos `messages` JSONL, onetime or
     iterative, planner rows at `path`, grounder rows at `grounder_path`. `n` keeps the first n tasks.
+    `path: shipped:gsm8k/train.jsonl` reads a benchmark file shipped with coalign (coalign/data/README.md),
+    so a run needs no download; its sha256 is checked when it is read.
     """
+
+    new_keys = ("subgoals",)
 
     kind: Literal[
         "suite", "qa_suite", "web_suite", "gsm8k", "svamp", "strategyqa", "hotpotqa", "mind2web", "webshop", "lumos"
@@ -123,6 +166,36 @@ class DataSource(Settings):
     split: Literal["train", "heldin", "heldout"] | None = None
     n: int | None = Field(None, ge=1)
     seed: int = 0
+    subgoals: Literal["written", "deferred"] = Field(
+        "written",
+        description="gsm8k: a plain solution step as its subgoal, 'written' with its results (`Natalia sold 48/2 = "
+        "24 clips`) or 'deferred', each result left to the grounder (`Natalia sold 48/2 clips`), so the planner "
+        "does no arithmetic; socratic files' sub-questions are kept either way",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _shipped(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        """A `shipped:` name must be a data file of the package's data folder, of the source's kind."""
+        if path is None or not path.as_posix().startswith("shipped:"):
+            return path
+        name, folder = path.as_posix().removeprefix("shipped:"), Path(__file__).resolve().parent / "data"
+        known = sorted(p.relative_to(folder).as_posix() for p in folder.glob("*/*.json*"))
+        if name not in known:
+            raise ValueError(f"no shipped file {name!r}; coalign ships: {', '.join(f'shipped:{k}' for k in known)}")
+        kind = info.data.get("kind")
+        if kind and name.split("/")[0] != kind:
+            raise ValueError(f"shipped:{name} is a {name.split('/')[0]} file, not one of kind {kind!r}")
+        return path
+
+    @field_validator("subgoals")
+    @classmethod
+    def _gsm8k_only(cls, subgoals: str, info: ValidationInfo) -> str:
+        if subgoals != "written" and info.data.get("kind") != "gsm8k":
+            raise ValueError(
+                f"'{subgoals}' subgoals are for kind gsm8k only (its solution steps), not {info.data.get('kind')!r}"
+            )
+        return subgoals
 
     @model_validator(mode="after")
     def _needs(self) -> "DataSource":
@@ -287,6 +360,8 @@ class GRPOSettings(Settings):
     """PilotRL's GRPO stages (`STAGES`), run in `order` from the SFT checkpoint. Defaults are
     the paper's (lr 1e-6, 16 rollouts per task, no KL, clip 0.2; epochs are each stage's own, 1 / 2 / 1)."""
 
+    new_keys = ("gradient_checkpointing",)
+
     order: list[str] = Field(["executor", "planner", "joint"], min_length=1, description="stages, in turn")
     tasks: int = Field(64, ge=1, description="training tasks per held-in environment (seeds after the SFT's)")
     num_generations: int = Field(16, ge=2, description="rollouts per task (GRPO's group)")
@@ -320,7 +395,8 @@ class GRPOSettings(Settings):
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm_colocate: vLLM's share of a GPU")
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
     lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "constant"
-    bf16: bool = False
+    bf16: Precision = Field(False, description=BF16)
+    gradient_checkpointing: bool = Field(False, description=CHECKPOINTING)
     logging_steps: int = Field(1, ge=1)
     save_steps: int = Field(10, ge=1, description="a checkpoint every this many steps: a killed stage resumes there")
 
@@ -502,7 +578,12 @@ class GenerationSettings(Settings):
         return self
 
 
+TRAINING_STAGES = ("planner_sft", "grounder_sft", "planner_dpo", "grounder_round_sft", "planner_round_sft")
+
+
 class RunConfig(Settings):
+    new_keys = ("bf16",)
+
     name: str
     recipe: str = Field("lumos", description="a recipe of `registry.REGISTRY`: lumos, moat, pilotrl")
     seed: int = 0
@@ -521,6 +602,41 @@ class RunConfig(Settings):
     pilotrl: PilotRLSettings = PilotRLSettings()
     lora: LoraSettings | None = Field(None, description="LoRA adapters in every training stage; none: full fine-tuning")
     generation: GenerationSettings | None = Field(None, description="generation backend; none: hf")
+    bf16: Precision | None = Field(
+        None,
+        description="bf16 for every training stage whose block does not set its own, and for generation and "
+        "scoring: true, false or auto (where the GPU or CPU computes bf16 natively); none: each stage's own "
+        "setting, generation and scoring in fp32",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bf16_everywhere(cls, data):
+        """The run's `bf16` is every training stage's unless the stage's block sets its own."""
+        if not isinstance(data, dict) or not (isinstance(data.get("bf16"), bool) or data.get("bf16") == "auto"):
+            return data  # none, or a wrong value: its own error, once, for the key the config gave
+        data = dict(data)
+        for name in TRAINING_STAGES:
+            block = data.get(name)
+            if block is None or isinstance(block, dict):
+                data[name] = {"bf16": data["bf16"], **(block or {})}
+        pilotrl = data.get("pilotrl")
+        if pilotrl is None or isinstance(pilotrl, dict):
+            pilotrl = dict(pilotrl or {})
+            for name in ("sft", "rl"):
+                block = pilotrl.get(name)
+                if isinstance(block, dict) or (block is None and name == "sft"):
+                    pilotrl[name] = {"bf16": data["bf16"], **(block or {})}
+            data["pilotrl"] = pilotrl
+        return data
+
+    def stage_settings(self) -> dict[str, BaseModel]:
+        """Every training stage's settings by its config key (pilotrl's SFT and GRPO ones included)."""
+        stages = {name: getattr(self, name) for name in TRAINING_STAGES}
+        stages["pilotrl.sft"] = self.pilotrl.sft
+        if self.pilotrl.rl is not None:
+            stages["pilotrl.rl"] = self.pilotrl.rl
+        return stages
 
     @model_validator(mode="after")
     def _has_data(self) -> "RunConfig":

@@ -10,6 +10,8 @@ import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from coalign.core.errors import RunError
+
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate")
 
 
@@ -47,3 +49,49 @@ def machine_summary(machine: dict) -> str:
         f"{machine.get('cpu')} ({machine.get('cpu_capability')}), {machine.get('cores')} cores{gpus}, "
         f"torch {machine.get('torch')}, transformers {machine.get('transformers')}, trl {machine.get('trl')}"
     )
+
+
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # CPU flags of native bf16 arithmetic (AVX-512 BF16, Intel AMX)
+
+
+def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
+    """The native-bf16 flags this CPU reports in /proc/cpuinfo (none on other systems, or where it has none)."""
+    if cpuinfo is None:
+        info = Path("/proc/cpuinfo")
+        cpuinfo = info.read_text() if info.exists() else ""
+    found = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M)
+    flags = set(found.group(1).split()) if found else set()
+    return [flag for flag in CPU_BF16_FLAGS if flag in flags]
+
+
+def decide_bf16(asked: bool | str, what: str = "bf16") -> bool:
+    """Whether to compute in bf16, for a setting that is True, False or "auto".
+
+    On a GPU: as asked, "auto" where the GPU supports bf16. On a CPU, bf16 pays only where the CPU computes it
+    natively (avx512_bf16 or AMX: about 2x the fp32 tokens/s); emulated, it is slower than fp32. So "auto" is bf16
+    on such a CPU and fp32 elsewhere, and True on a CPU without them is a RunError naming the setting.
+    """
+    import torch
+
+    if asked is False:
+        return False
+    if torch.cuda.is_available():
+        return True if asked is True else torch.cuda.is_bf16_supported()
+    native = bool(cpu_bf16_flags())
+    if asked is True and not native:
+        raise RunError(
+            f"{what}: true, but this machine has no GPU and its CPU has no native bf16 ({' or '.join(CPU_BF16_FLAGS)} "
+            "in /proc/cpuinfo); set it to auto (bf16 where native, else fp32) or false"
+        )
+    return native
+
+
+def precision_record(decided: dict[str, bool]) -> dict:
+    """What the run folder keeps of its precision choices: each setting's decision and why it was made."""
+    import torch
+
+    return {
+        "bf16": decided,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "cpu_bf16_flags": cpu_bf16_flags(),
+    }

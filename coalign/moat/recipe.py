@@ -66,7 +66,7 @@ from coalign.tasks import Task
 from coalign.tasks.sources import refuse_in_rounds
 from coalign.tools.executor import execute
 from coalign.training.dpo import dpo
-from coalign.training.setup import prepare_run, training_settings
+from coalign.training.setup import inference_bf16, prepare_run, training_settings
 
 
 def _rows(path: Path) -> list[dict]:
@@ -116,7 +116,10 @@ def _digest(units: list[Unit]) -> str:
 
 
 def _generation(config: RunConfig) -> dict | None:
-    return config.generation.model_dump(mode="json") if config.generation else None
+    """The generation settings a stage's output depends on: the backend's block, and bf16 where the run uses it
+    (absent otherwise, so a run folder made before bf16 existed resumes)."""
+    block = config.generation.model_dump(mode="json") if config.generation else None
+    return {**(block or {}), "bf16": True} if inference_bf16(config) else block
 
 
 def _turn_info(units: list[Unit], info: dict, count) -> dict:
@@ -132,7 +135,9 @@ def sample_stage(run: Run, r: int, config: RunConfig, planner: str, units: list[
 
     def sample() -> dict:
         torch.manual_seed(config.seed * 1000 + r)
-        agent = Agent.load(planner, config.models.trust_remote_code, config.generation, "planner")
+        agent = Agent.load(
+            planner, config.models.trust_remote_code, config.generation, "planner", inference_bf16(config)
+        )
         prompts = [u.planner_prompt() for u in units]
         candidates = sample_completions(
             agent, prompts, m.k, m.temperature, m.top_p, m.max_new_tokens_plan, m.batch_size
@@ -161,7 +166,7 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candi
             for cand in cands:
                 users.append(unit.grounder_prompt(cand))
                 completions.append(gold)
-        agent = Agent.load(grounder, config.models.trust_remote_code)
+        agent = Agent.load(grounder, config.models.trust_remote_code, bf16=inference_bf16(config))
         scores = score_completions(
             agent, users, completions, config.moat.batch_size, share_prefix=config.moat.share_prefix
         )
@@ -184,7 +189,11 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candi
         write_jsonl(path, rows)
         return {"scored": len(scores)}
 
-    inputs, settings = [grounder, _file(run, r, "candidates.jsonl")], _settings(config, ("k",), units=_digest(units))
+    bf16 = {"bf16": True} if inference_bf16(config) else {}
+    inputs, settings = (
+        [grounder, _file(run, r, "candidates.jsonl")],
+        _settings(config, ("k",), units=_digest(units), **bf16),
+    )
     run.stage(f"round{r}_score", score, [path], inputs=inputs, settings=settings)
     return [row["scores"] for row in _rows(path)]
 
@@ -270,7 +279,9 @@ def grounding_stage(run: Run, r: int, config: RunConfig, grounder: str, units, c
         torch.manual_seed(config.seed * 1000 + 500 + r)
         users = [u.grounder_prompt(c) for u, cands in zip(units, candidates) for c in cands]
         outs = generate(
-            Agent.load(grounder, config.models.trust_remote_code, config.generation, "grounder"),
+            Agent.load(
+                grounder, config.models.trust_remote_code, config.generation, "grounder", inference_bf16(config)
+            ),
             users,
             m.max_new_tokens_ground,
             m.batch_size,

@@ -37,13 +37,16 @@ class Agent:
         trust_remote_code: bool = False,
         generation: GenerationSettings | None = None,
         role: Role = "planner",
+        bf16: bool = False,
     ) -> "Agent":
         """The checkpoint at `path`, its text from the backend `generation` (the config's block) names; `role`
         picks the agent's server under the openai backend. The model is loaded whatever the backend: scoring
-        (stage 1's rewards, grounding PPL) needs its likelihoods, which no backend here gives."""
+        (stage 1's rewards, grounding PPL) needs its likelihoods, which no backend here gives. `bf16`: its
+        weights in bf16 (the run's decision, `training.setup.inference_bf16`), else as saved."""
         tokenizer = load_tokenizer(path, trust_remote_code)
         backend = make_backend(generation, str(path), role, tokenizer, trust_remote_code)
-        return cls(load_model(path, trust_remote_code=trust_remote_code).to(inference_device()), tokenizer, backend)
+        model = load_model(path, trust_remote_code=trust_remote_code, dtype="bfloat16" if bf16 else "auto")
+        return cls(model.to(inference_device()), tokenizer, backend)
 
 
 def generate(

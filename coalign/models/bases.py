@@ -9,6 +9,7 @@ from pathlib import Path
 
 from coalign.core.errors import RunError
 from coalign.core.runs import atomic_dir, file_sha256, read_json
+from coalign.models.gguf import NAMED, converted, is_gguf_name
 
 BASES = Path(__file__).resolve().parent.parent / "bases"
 MAX_BYTES = 50 * 2**20  # a pip wheel, not a model hub
@@ -91,7 +92,10 @@ def accepted_models(scratch: bool = True) -> str:
     """What a model may be named, for an error message."""
     scratch_too = ", scratch" if scratch else ""
     bases = ", ".join(shipped_bases()) or "none"
-    return f"give a local model folder, a shipped base ({bases}){scratch_too} or a hub id (owner/name)"
+    return (
+        f"give a local model folder, a shipped base ({bases}), a named model ({', '.join(NAMED)}), a .gguf file"
+        f"{scratch_too} or a hub id (owner/name)"
+    )
 
 
 def starting_point(name: str, scratch: bool = True, look_up: bool = False) -> str | None:
@@ -99,6 +103,7 @@ def starting_point(name: str, scratch: bool = True, look_up: bool = False) -> st
 
     - `scratch` (or `tiny`): None, a from-scratch model that the run makes (a RunError unless `scratch`);
     - a shipped base's name: its folder, checked against its recipe's hashes;
+    - a named GGUF model (`gguf.NAMED`, e.g. smollm2-135m) or a `.gguf` file: its converted cache folder;
     - an existing local folder: the path (`~` expanded);
     - anything else that looks like a path (`looks_like_path`), or is no hub id: RunError "no such model folder";
     - else a hub id, as given. Nothing here touches the network; the hub is asked when the model loads
@@ -112,6 +117,8 @@ def starting_point(name: str, scratch: bool = True, look_up: bool = False) -> st
     if folder is not None:
         verify_base(folder)
         return str(folder)
+    if is_gguf_name(name):
+        return str(converted(name))
     path = Path(name).expanduser()
     if path.is_dir():
         return str(path) if name.startswith("~") else name

@@ -34,7 +34,7 @@ from coalign.pilotrl.rewards import first_plan_correct, llm_judge
 from coalign.pilotrl.rollout import RolloutSpec, prompt_rows
 from coalign.pilotrl.runtime import expert_guide, model_planner, run_episodes
 from coalign.pilotrl.stages import grpo_stage
-from coalign.training.setup import prepare_run, training_settings
+from coalign.training.setup import inference_bf16, prepare_run, training_settings
 from coalign.training.sft import sft_conversations
 
 
@@ -123,19 +123,22 @@ def eval_settings(settings: PilotRLSettings) -> dict:
 
 def evaluate(
     run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool,
-    rl_order: list[str] | None, planner: str | None = None, expert_plans: bool = False,
+    rl_order: list[str] | None, planner: str | None = None, expert_plans: bool = False, bf16: bool = False,
 ) -> dict:  # fmt: skip
     """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/.
     With `planner`, a separate model writes the plan blocks and the model at `model_path` the rest; with
-    `expert_plans`, the expert's remaining plan is given as each due plan block (under expert_k{every}/)."""
+    `expert_plans`, the expert's remaining plan is given as each due plan block (under expert_k{every}/).
+    `bf16`: the models in bf16 (the run's `inference_bf16`)."""
     name = f"{'expert' if expert_plans else 'eval'}_k{every}"
 
     def work() -> None:
-        agent = Agent.load(model_path, trust)
+        agent = Agent.load(model_path, trust, bf16=bf16)
         if expert_plans:
             guide = expert_guide
         else:
-            guide = model_planner(Agent.load(planner, trust).model, settings.max_new_tokens) if planner else None
+            guide = (
+                model_planner(Agent.load(planner, trust, bf16=bf16).model, settings.max_new_tokens) if planner else None
+            )
         names = list(dict.fromkeys([*settings.heldin, *settings.heldout]))
         tasks = [(env, settings.eval_seed + i) for env in names for i in range(settings.eval_tasks)]
         given = ", the expert's plans given" if expert_plans else ""
@@ -150,7 +153,7 @@ def evaluate(
         write_json(run.path(name, "metrics.json"), eval_metrics(rows, settings, every, rl_order))
 
     run.stage(name, work, [run.path(name)], inputs=[model_path, *([planner] if planner else [])],
-              settings=eval_settings(settings))  # fmt: skip
+              settings={**eval_settings(settings), **({"bf16": True} if bf16 else {})})  # fmt: skip
     # recomputed from the episodes, so a run evaluated before a measure was added reports it too
     return eval_metrics([row for _, row in read_jsonl(run.path(name, "episodes.jsonl"))], settings, every, rl_order)
 
@@ -290,11 +293,14 @@ def evaluate_all(
     """AdaPlan at each plan-update interval of `eval_update_every` (ReAct once); metrics.json holds them all."""
     settings, trust = config.pilotrl, config.models.trust_remote_code
     everies = settings.eval_update_every if settings.mode == "adaplan" else [1]
-    results = {f"k{k}": evaluate(run, settings, model_path, k, console, trust, rl_order, planner) for k in everies}
+    bf16 = inference_bf16(config)
+    results = {
+        f"k{k}": evaluate(run, settings, model_path, k, console, trust, rl_order, planner, bf16=bf16) for k in everies
+    }
     if settings.eval_expert_plans and settings.mode == "adaplan":
         for k in everies:
             results[f"expert_k{k}"] = evaluate(
-                run, settings, model_path, k, console, trust, rl_order, expert_plans=True
+                run, settings, model_path, k, console, trust, rl_order, expert_plans=True, bf16=bf16
             )
     write_json(run.path("metrics.json"), results)
     return results

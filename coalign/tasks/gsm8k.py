@@ -5,6 +5,10 @@ without an annotation (`so the boots cost 99 + 5 = $104`): about 8% of test solu
 last step that way, and without it the gold actions would stop short of the answer. Equations
 the solution solves by hand (`2/3 * x = 12, ... so x = 18`; 33 test solutions) become
 `SetEquation` + `SolveEquation` actions, kept only when the executor gives the value written.
+
+A plain file's subgoals are its solution sentences: "written" as the solution writes them, results
+included, or "deferred": each result left to the grounder, so a planner trained on them learns to
+say what to compute, not to do the arithmetic (`Natalia sold 48/2 clips in May.`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 from pathlib import Path
+from typing import Literal
 
 from coalign.core.errors import DataError, SkippedRows
 from coalign.core.jsonl import convert_rows, read_jsonl, require_text
@@ -69,19 +74,36 @@ _NUMBER_AFTER_WORD = re.compile(r"(?<=[A-Za-z])\s+(?=[\d.(])")  # `a 3x + 2`: th
 _EQUALS_AT_END = re.compile(r"=\s*\$?\s*\Z")
 _PLAIN_NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)")
 
+# Deferred subgoals. A number as prose writes it: thousands commas, a full stop after (`she has 1,200.`).
+_WRITTEN_NUMBER = re.compile(r"(?<![\w.,])(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?!\w|[.,]\d)")
+_EQUALS = re.compile(r"=|\bequals\b")  # the `=` that `_written_calculations` and `_relations` count
+_RESULT_SIGN = re.compile(r"\s*(?P<equals>=|\bequals\b)?\s*[$\u20ac\u00a3]?\s*\Z")  # `48/2 = $<<...>>`
+_WRITTEN_RESULT = re.compile(r"\s*[$\u20ac\u00a3]?\s*[-\u2212\u2013]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)%?")  # `= $1,200`
+_ANNOTATED_VALUE = re.compile(r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")  # `<<...>>162.00`: the value written after
+_EXPRESSION_END = re.compile(r"[\d)%]\Z")
+_EXPRESSION_START = re.compile(r"(?<![\w.])[\d$(.\u20ac\u00a3]")  # where a written calculation may begin
+# A middle link of a chain (`3 + 2 * 10 = 3 + 20 = 23`): arithmetic in any of `_SPELLINGS`' spellings, no words.
+_CHAIN_LINK = re.compile(
+    r"(?:[\d.,\s+\-*/()$%\u20ac\u00a3\u2212\u2013\u00d7\u00f7]|\b(?:x|times|plus|minus|(?:divided|multiplied) by)\b)*"
+)
+_EXPRESSION_WINDOW = 200  # characters searched for a written expression; GSM8K's are < 100
+SubgoalStyle = Literal["written", "deferred"]
 
-def load_gsm8k(path: str | Path, skipped: SkippedRows | None = None) -> list[Task]:
+
+def load_gsm8k(path: str | Path, skipped: SkippedRows | None = None, subgoals: SubgoalStyle = "written") -> list[Task]:
     """Tasks from a GSM8K JSONL file (`test_socratic.jsonl`, `test.jsonl`, `train.jsonl`).
 
     A step `Sub-question? ** solution` gives the sub-question as its subgoal; a plain step (no
-    sub-questions in the file) is its own subgoal, with the `<<...>>` annotations removed.
+    sub-questions in the file) is its own subgoal, with the `<<...>>` annotations removed
+    (`subgoals="written"`), or with each result left for the grounder to compute (`"deferred"`,
+    `steps_to_plan`).
     The split in the id drops `_socratic`, so one problem has one id in both renderings; the id
     holds the line number, so skipping a bad row (`skipped` given) leaves the other ids as they were.
     A bad row raises DataError naming file, line and field, or is recorded in `skipped`.
     """
     path = Path(path)
     split = path.stem.removesuffix("_socratic")
-    return convert_rows(read_jsonl(path, skipped), lambda line, row: _task(row, path, line, split), skipped)
+    return convert_rows(read_jsonl(path, skipped), lambda line, row: _task(row, path, line, split, subgoals), skipped)
 
 
 def parse_annotation(annotation: str) -> tuple[str, str | None]:
@@ -90,11 +112,12 @@ def parse_annotation(annotation: str) -> tuple[str, str | None]:
     return (expression.strip(), result.strip()) if equals else (annotation.strip(), None)
 
 
-def reference_results(expression: str, results: list[str | None]) -> str:
+def reference_results(expression: str, results: list[str | None], numbers: re.Pattern[str] = _NUMBER) -> str:
     """Replace each number equal to an earlier result by that result's `R#` (the most recent one).
 
     This turns copied intermediate values into references, as in Lumos's grounder data
     (`R2 = Calculator(48 + R1)`); given numbers that differ from every earlier result stay literal.
+    `numbers` finds the numbers: plain ones in an expression, `_WRITTEN_NUMBER` in prose.
     """
     values = [_value(result) for result in results]
 
@@ -105,7 +128,7 @@ def reference_results(expression: str, results: list[str | None]) -> str:
                 return f"R{index + 1}"
         return match[0]
 
-    return _NUMBER.sub(substitute, expression)
+    return numbers.sub(substitute, expression)
 
 
 def written_calculations(text: str) -> list[tuple[str, str]]:
@@ -190,7 +213,9 @@ def _side(text: str, left: bool) -> str:
     return _SPACES.sub(" ", text).strip()
 
 
-def steps_to_plan(steps: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], list[tuple[str, str | None, str]]]:
+def steps_to_plan(
+    steps: list[str], subgoals: SubgoalStyle = "written", question: str = ""
+) -> tuple[tuple[str, ...], tuple[str, ...], list[tuple[str, str | None, str]]]:
     """(subgoals, actions, calculations as (expression, claimed result, origin)) for solution lines.
 
     The origin is "annotation" (`<<48/2=24>>`), "text" (`66 + 5 = $71`) or "algebra": an equation
@@ -198,15 +223,24 @@ def steps_to_plan(steps: list[str]) -> tuple[tuple[str, ...], tuple[str, ...], l
     `SetEquation` + `SolveEquation` (or a `Calculator` when the unknown stands alone on one side
     once earlier unknowns are substituted), emitted where the text writes the unknown's value and
     only when the executor gives that value.
+
+    A plain step's subgoal is the step without its annotations (`subgoals="written"`), or
+    (`"deferred"`) the step with each calculation written as its action's expression and no result,
+    and earlier results as their `R#`: `Natalia sold 48+24 = <<48+24=72>>72 clips` -> `Natalia sold
+    48+R1 clips`. Where the written expression is not the action's (`2 1/2 x 4 = <<2.5*4=10>>10`)
+    only the result goes; an annotation with nothing written before it (`She has <<3*4=12>>12`)
+    gives its expression in place of the result; a value worked out by algebra (`so x = 18`) goes.
+    Numbers the `question` gives stay as written there (`Three $20 bills`, though a result was 20).
     """
-    subgoals, actions, calculations, _ = _plan(steps)
-    return subgoals, actions, calculations
+    plan, actions, calculations, _ = _plan(steps, subgoals == "deferred", question)
+    return plan, actions, calculations
 
 
 def _plan(
-    steps: list[str],
+    steps: list[str], deferred: bool = False, question: str = ""
 ) -> tuple[tuple[str, ...], tuple[str, ...], list[tuple[str, str | None, str]], list[tuple[str, str]]]:
     """`steps_to_plan` plus the values written for unknowns (`x = 18`) that no stated equation gave."""
+    given = {_value(number) for number in _WRITTEN_NUMBER.findall(question)}
     subgoals: list[str] = []
     actions: list[str] = []
     calculations: list[tuple[str, str | None, str]] = []
@@ -214,11 +248,15 @@ def _plan(
     for step in steps:
         if not step.strip():
             continue
-        question, separator, solution = step.partition(SOCRATIC_SEPARATOR)
-        subgoals.append(question.strip() if separator else _ANNOTATION.sub("", step).strip())
+        asked, separator, solution = step.partition(SOCRATIC_SEPARATOR)
+        rewrite = deferred and not separator
+        edits: list[_Edit] = []  # where the deferred subgoal differs from the step
         parts = _ANNOTATION_SPLIT.split(solution if separator else step)
+        end = 0
         for index, part in enumerate(parts):
+            start, end = end, end + len(part)  # in `step`, when rewritten (not a socratic step)
             if _ANNOTATION.fullmatch(part):
+                computed: str | None = None  # the Calculator's expression; None when equations gave the value
                 expression, result = parse_annotation(part[2:-2])
                 name = _unknown_before(parts[index - 1]) if index else None
                 if (
@@ -230,26 +268,125 @@ def _plan(
                 ):
                     # `x = <<10=10>>10`: a bare number; the equations stated so far may give it instead
                     if not algebra.read(name, result, len(calculations), actions, calculations):
-                        _add_calculation(expression, result, "annotation", actions, calculations)
+                        computed = _add_calculation(expression, result, "annotation", actions, calculations)
                         algebra.given(name, len(calculations), result)
-                    continue
-                _add_calculation(expression, result, "annotation", actions, calculations)
+                else:
+                    computed = _add_calculation(expression, result, "annotation", actions, calculations)
+                if rewrite:
+                    edits.append(_annotation_edit(step, start, end, expression, computed))
                 continue
             written = {ordinal: (expression, result) for ordinal, expression, result in _written_calculations(part)}
             relations = {ordinal: (left, right) for ordinal, left, right in _relations(part)}
+            signs = [start + sign.start() for sign in _EQUALS.finditer(part)] if rewrite else []
             for ordinal in sorted(written.keys() | relations.keys()):
+                before, computed = len(calculations), None
                 if ordinal in written:
-                    _add_calculation(*written[ordinal], "text", actions, calculations)
+                    computed = _add_calculation(*written[ordinal], "text", actions, calculations)
                 if ordinal in relations:  # after the calculation: `x = 10 - 6 = 4` says x is its result
                     algebra.read(*relations[ordinal], len(calculations), actions, calculations)
+                if rewrite and len(calculations) > before:
+                    expression = written[ordinal][0] if ordinal in written else ""
+                    edits.append(_result_edit(step, signs[ordinal], expression, computed))
+        if separator:
+            subgoals.append(asked.strip())
+        else:
+            subgoals.append(
+                _deferred(step, edits, calculations, given) if rewrite else _ANNOTATION.sub("", step).strip()
+            )
     return tuple(subgoals), tuple(actions), calculations, algebra.unsolved
 
 
-def _add_calculation(expression: str, result: str | None, origin: str, actions: list[str], calculations: list) -> None:
+_Edit = tuple[int, int, str]  # a deferred subgoal's change to its step: (start, end, replacement)
+
+
+def _annotation_edit(step: str, start: int, end: int, expression: str, computed: str | None) -> _Edit:
+    """The edit for the annotation at step[start:end]: its result goes, and the expression written before it
+    becomes the action's (`48+24 = <<48+24=72>>72` -> `48+R1`); with none written, the action's goes in its place."""
+    value = _ANNOTATED_VALUE.match(step, end)
+    stop = value.end() if value else end
+    sign = _RESULT_SIGN.search(step, 0, start)
+    if computed is None:  # equations gave the value: `x = <<10=10>>10 games` -> `x games`
+        return (sign.start(), stop, "")
+    if (written := _written_start(step, sign.start(), expression)) is not None:
+        return (written, stop, computed)
+    if sign["equals"] and _EXPRESSION_END.search(step, 0, sign.start()):
+        return (sign.start(), stop, "")  # written otherwise (`2 1/2 x 4` for `2.5*4`): it stays
+    return (start, stop, computed)  # `She has <<3*4=12>>12`, `Total = <<5+3=8>>8`
+
+
+def _result_edit(step: str, sign: int, expression: str, computed: str | None) -> _Edit:
+    """The edit for a calculation written out (`66 + 5 = $71` -> `R1 + 5`) or a value worked out by algebra
+    (`x = 18` -> `x`)."""
+    result = _WRITTEN_RESULT.match(step, _EQUALS.match(step, sign).end())
+    sign = len(step[:sign].rstrip())
+    if result is None:  # a result written in a way not read here (`$400 000`): left as it is
+        return (sign, sign, "")
+    written = _written_start(step, sign, expression) if computed else None
+    return (sign, result.end(), "") if written is None else (written, result.end(), computed)
+
+
+def _written_start(step: str, end: int, expression: str) -> int | None:
+    """Where the text before `end` writes `expression` (`$6/burger x 3 burgers` for `6*3`), also as the first
+    link of a chain (`3 + 2 * 10 = 3 + 20` for `3+2*10`); None when it does not."""
+    floor = max(0, end - _EXPRESSION_WINDOW)
+    while True:
+        link = step.rfind("=", floor, end) + 1  # the text since the `=` before, if any
+        for begin in range(max(link, floor), end):
+            if _EXPRESSION_START.match(step, begin) and _writes(step[begin:end], expression):
+                return begin
+        if not link or not _CHAIN_LINK.fullmatch(step, link, end):
+            return None
+        end = len(step[: link - 1].rstrip())
+
+
+def _writes(written: str, expression: str) -> bool:
+    """`written` is `expression` in other spellings: the same numbers in the same order, and the same value
+    (`(300/3) x 2` for `300/3*2`, `$43.00 + $40` for `43+40`)."""
+    written, expression = _plain(written), _plain(expression)
+    if written == expression:
+        return True
+    if [_value(n) for n in _NUMBER.findall(written)] != [_value(n) for n in _NUMBER.findall(expression)]:
+        return False  # `43.00 + 40` writes `43+40`
+    try:
+        return evaluate(parse(written)) == evaluate(parse(expression))
+    except (ValueError, ZeroDivisionError):
+        return False
+
+
+def _plain(expression: str) -> str:
+    """An expression in `_SPELLINGS`' plain arithmetic, without units, spaces and signs: `$2 x 5 cups` -> `2*5`."""
+    expression += "="  # where the expression ends, as in the text: units before it go (`5 cups =`)
+    for pattern, replacement in _SPELLINGS:
+        expression = pattern.sub(replacement, expression)
+    return re.sub(r"[\s$%\u20ac\u00a3]", "", expression)[:-1]
+
+
+def _deferred(step: str, edits: list[_Edit], calculations: list, given: set[Fraction | None]) -> str:
+    """The step with `edits` made, and everywhere else each result that is not a `given` number written as its
+    `R#`: an earlier step's, or this step's, also before its calculation (`He eats 32 pieces because 2 x 16 = 32`
+    -> `He eats R1 pieces because 2*16`)."""
+    results = [None if _value(result) in given else result for _, result, _ in calculations]
+    pieces, cursor = [], 0
+    for start, end, replacement in sorted(edits):
+        if start < cursor:
+            continue  # inside the edit before (`x = 120/4 = 30` gives two): that one stands
+        pieces += [_referenced_prose(step[cursor:start], results), replacement]
+        cursor = end
+    pieces.append(_referenced_prose(step[cursor:], results))
+    return "".join(pieces).strip()
+
+
+def _referenced_prose(text: str, results: list[str | None]) -> str:
+    return reference_results(_ANNOTATION.sub("", text), results, _WRITTEN_NUMBER)
+
+
+def _add_calculation(expression: str, result: str | None, origin: str, actions: list[str], calculations: list) -> str:
+    """Append the Calculator action; returns its expression (earlier results as `R#`)."""
     expression = _SPACES.sub(" ", expression)  # no-break spaces occur in the source
     referenced = reference_results(expression, [r for _, r, _ in calculations])
     calculations.append((expression, result, origin))
     actions.append(f"R{len(calculations)} = Calculator({referenced})")
+    return referenced
 
 
 class _Algebra:
@@ -341,7 +478,7 @@ class _Algebra:
         return [(f"SetEquation({text})", equation), (f"SolveEquation(R{before + 1})", name)]
 
 
-def _task(row: dict, path: Path, line: int, split: str) -> Task:
+def _task(row: dict, path: Path, line: int, split: str, style: SubgoalStyle) -> Task:
     question = require_text(row, "question", path, line)
     answer_text = require_text(row, "answer", path, line)
     try:
@@ -349,7 +486,7 @@ def _task(row: dict, path: Path, line: int, split: str) -> Task:
     except ValueError:
         raise DataError(path, line, "answer", "no '#### <final answer>' line") from None
     steps = answer_text.partition("####")[0].splitlines()
-    subgoals, actions, calculations, unsolved = _plan(steps)
+    subgoals, actions, calculations, unsolved = _plan(steps, style == "deferred", question)
     return Task(
         id=f"gsm8k-{split}-{line}",
         family="maths",

@@ -17,13 +17,14 @@ from coalign.tasks.lumos import load_lumos_tasks
 from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.mind2web import load_mind2web
 from coalign.tasks.qa_suite import generate_qa_suite
+from coalign.tasks.shipped import PREFIX, shipped_file
 from coalign.tasks.strategyqa import load_strategyqa
 from coalign.tasks.svamp import load_svamp
 from coalign.tasks.web_suite import generate_web_suite
 from coalign.tasks.webshop import load_webshop
 
+# gsm8k reads a file too; `load_source` gives it the source's subgoal style.
 FILE_LOADERS: dict[str, Callable[[Path, SkippedRows | None], list[Task]]] = {
-    "gsm8k": load_gsm8k,
     "svamp": load_svamp,
     "strategyqa": load_strategyqa,
     "hotpotqa": load_hotpotqa,
@@ -42,12 +43,18 @@ def load_source(source: DataSource, skipped: SkippedRows | None = None) -> list[
 
     Bad rows raise DataError, or are recorded in `skipped` and left out when it is given. A file
     with no task left always raises: an empty dataset would otherwise fail far later, inside a trainer.
+    A `shipped:` path is the package's copy, read only when its sha256 is the original's.
     """
     if source.kind in GENERATORS:
         return GENERATORS[source.kind](source.split, source.n, source.seed)
     before = len(skipped.errors) if skipped else 0
-    if source.kind in FILE_LOADERS:
-        tasks = FILE_LOADERS[source.kind](source.path, skipped)
+    path = source.path
+    if path is not None and path.as_posix().startswith(PREFIX):
+        path = shipped_file(path.as_posix().removeprefix(PREFIX))
+    if source.kind == "gsm8k":
+        tasks = load_gsm8k(path, skipped, source.subgoals)
+    elif source.kind in FILE_LOADERS:
+        tasks = FILE_LOADERS[source.kind](path, skipped)
     else:
         tasks = load_lumos_tasks(source.path, source.grounder_path, skipped)
     if not tasks:

@@ -16,6 +16,7 @@ from transformers.utils import logging as hf_logging
 
 from coalign.config import DPOSettings, GRPOSettings, LoraSettings, SFTSettings
 from coalign.core import ranks
+from coalign.core.machine import decide_bf16
 from coalign.core.runs import atomic_dir
 from coalign.models.load import ADAPTER_CONFIG, is_adapter, load_model
 
@@ -24,6 +25,8 @@ def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, s
     """Keyword arguments every TRL trainer config of ours takes (SFT, DPO, GRPO). A config's batch is per
     optimizer step, however many processes share it (`ranks.batch_split`)."""
     per_device, accum = ranks.batch_split(settings.batch_size, settings.grad_accum, type(settings).__name__)
+    bf16 = decide_bf16(settings.bf16, f"{type(settings).__name__}.bf16")
+    cpu = not torch.cuda.is_available()
     return dict(
         output_dir=str(out / "trainer"),
         learning_rate=settings.learning_rate,
@@ -35,11 +38,13 @@ def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, s
         report_to=[],
         seed=seed,
         data_seed=seed,
-        bf16=settings.bf16,
+        bf16=bf16,
+        gradient_checkpointing=settings.gradient_checkpointing,  # TRL's default is on; a CPU run has the memory
         dataloader_num_workers=0,
-        dataloader_pin_memory=torch.cuda.is_available(),
-        # several processes on CPUs: accelerate's DDP over gloo (it takes a CPU-only machine for one process)
-        **({"use_cpu": True} if ranks.world_size() > 1 and not torch.cuda.is_available() else {}),
+        dataloader_pin_memory=not cpu,
+        # bf16 on a CPU (autocast there) and several processes on CPUs (accelerate's DDP over gloo) need use_cpu:
+        # without it transformers refuses bf16 where there is no GPU
+        **({"use_cpu": True} if cpu and (bf16 or ranks.world_size() > 1) else {}),
     )
 
 

@@ -14,7 +14,8 @@ from rich.console import Console
 
 from coalign.config import LoraSettings, RunConfig, config_changes, config_to_yaml
 from coalign.core.errors import RunError
-from coalign.core.runs import Run, atomic_write_text, value_digest
+from coalign.core.machine import decide_bf16, precision_record
+from coalign.core.runs import Run, atomic_write_text, read_json, value_digest, write_json
 from coalign.models.backends import VLLM_MISSING
 
 
@@ -56,14 +57,36 @@ def check_generation(config: RunConfig, trains: bool) -> None:
         )
 
 
+def decide_precision(config: RunConfig) -> dict[str, bool]:
+    """Each training stage's bf16 decision and generation's and scoring's (`inference`), made here before any work,
+    so that bf16 asked for where it cannot run is one clear error (`core.machine.decide_bf16`) and not a trainer's
+    traceback an hour in."""
+    inference = inference_bf16(config)  # first: a run-level bf16 the CPU cannot run is named as the config gave it
+    decided = {name: decide_bf16(s.bf16, f"{name}.bf16") for name, s in config.stage_settings().items()}
+    return {**decided, "inference": inference}
+
+
+def inference_bf16(config: RunConfig) -> bool:
+    """Whether the run's generation and scoring load their models in bf16: the run's own `bf16` decided."""
+    return decide_bf16(config.bf16 or False, "bf16")
+
+
 def prepare_run(
     config: RunConfig, run_dir: str | Path, console: Console, force: bool = False, trains: bool = True
 ) -> Run:
     """Open the run folder and record its config (see `record_config` for a changed one); `trains` False for
     a run that only evaluates given checkpoints (`check_generation`)."""
     check_generation(config, trains)
+    decided = decide_precision(config)
     run = Run(run_dir)
     record_config(run, config, force)
+    record, path = precision_record(decided), run.path("precision.json")
+    try:
+        kept = read_json(path) == record  # a resume on the same machine writes nothing
+    except (OSError, ValueError):
+        kept = False
+    if not kept:
+        write_json(path, record)
     if config.threads:
         torch.set_num_threads(config.threads)
     console.print(f"[bold]run folder[/bold] {run.root}")

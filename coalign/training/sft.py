@@ -48,6 +48,24 @@ def sft(
     )
 
 
+class LogitsLossSFTTrainer(SFTTrainer):
+    """TRL's SFTTrainer whose loss, on a CPU in bf16, is the model's own: cross-entropy over its full logits.
+
+    TRL computes the loss with a fused LM head that casts every vocabulary tile and the head's weights to fp32 on
+    each call; on a GPU it runs as a triton kernel, but on a CPU it is plain torch, and there it made a bf16 step
+    of SmolLM2-135M (vocabulary 49,152) about twice as slow as the forward and backward of the rest of the
+    model (profiled, docs/log/2026-12-06-smollm2.md). The loss is the same (tests/test_sft_loss.py); TRL's
+    entropy and token-accuracy metrics are not logged on this path. Elsewhere, TRL's own path runs.
+    """
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not (self.args.use_cpu and self.args.bf16):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        kept = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids", "labels") if k in inputs}
+        outputs = model(**kept, use_cache=False, num_items_in_batch=num_items_in_batch)
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+
 def _fit(
     init, make_data, out_dir, settings: SFTSettings, seed: int, trust_remote_code: bool, lora: LoraSettings | None
 ) -> Path:
@@ -60,7 +78,7 @@ def _fit(
     data = make_data(tokenizer)
 
     def trainer() -> SFTTrainer:
-        return SFTTrainer(
+        return LogitsLossSFTTrainer(
             model=model, args=config, train_dataset=data, processing_class=tokenizer, peft_config=peft_config
         )
 
