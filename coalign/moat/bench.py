@@ -175,7 +175,7 @@ def run_bench(
     for (s, r), history in zip(keys, histories):
         runs[r][str(s)] = {"rounds": history, "stages": _round_records(Run(recipe_dirs[s, r]), config.moat.rounds)}
     results = {
-        "config": config.model_dump(),
+        "config": config.model_dump(mode="json"),
         "seeds": seeds,
         "recipes": recipes,
         "k": {r: configs[seeds[0], r].moat.k for r in recipes},
