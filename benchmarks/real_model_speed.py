@@ -9,10 +9,10 @@
    prompt (SmolLM2's chat template, ~400 tokens a row), one row at a time in batches vs with the shared prefix
    (`moat.share_prefix`), at K = 4 and K = 15, in the precision training chose.
 
-    .venv/bin/python benchmarks/real_model_speed.py [--out docs/results/smol-speed/speed.json]
+    .venv/bin/python benchmarks/real_model_speed.py [--part training|scoring|both] [--out docs/results/smol-speed]
 
-Prints each measurement and the ratios, and writes them with the machine to --out. Run it on an otherwise
-idle machine; it takes about 15 minutes on 2 cores.
+Prints each measurement and the ratios, and writes each part with the machine to OUT/PART.json. Run it on an
+otherwise idle machine; training takes about 12 minutes on 2 cores, scoring about 5.
 """
 
 from __future__ import annotations
@@ -82,46 +82,62 @@ def score_speed(agent: Agent, tasks, k: int, batch_size: int) -> dict:
             "ratio": round(timed[False] / timed[True], 2)}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train-examples", type=int, default=48, help="GSM8K grounder examples per training run")
-    parser.add_argument("--score-tasks", type=int, default=16, help="GSM8K tasks scored, K candidates each")
-    parser.add_argument("--batch-size", type=int, default=16, help="scoring rows per forward pass (smol: 16)")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/smol-speed/speed.json"))
-    args = parser.parse_args()
-    init = starting_point(MODEL)
-    tasks = load_gsm8k(shipped_file("gsm8k/train.jsonl"))
-    examples = [grounder_pair(t) for t in tasks[: args.train_examples]]
-    native = decide_bf16("auto")
-    print(f"{MODEL}: {init}; CPU bf16 flags: {', '.join(cpu_bf16_flags()) or 'none'}; bf16 used: {native}")
+def training_part(init: str, tasks, n: int, native: bool) -> dict:
+    """Part 1: SFT tokens/s in fp32, bf16, LoRA in bf16 and bf16 with TRL's loss, and their ratios."""
+    examples = [grounder_pair(t) for t in tasks[:n]]
     lora = LoraSettings(r=16, alpha=32, dropout=0.0, target_modules="all-linear")
-    training = [train_speed(init, examples, False, None)]
+    runs = [train_speed(init, examples, False, None)]
     if native:
-        training += [train_speed(init, examples, True, None), train_speed(init, examples, True, lora),
-                     train_speed(init, examples, True, None, trl_loss=True)]  # fmt: skip
-    for row in training:
+        runs += [train_speed(init, examples, True, None), train_speed(init, examples, True, lora),
+                 train_speed(init, examples, True, None, trl_loss=True)]  # fmt: skip
+    for row in runs:
         kind = f"{'LoRA r=16' if row['lora'] else 'full'}, {'bf16' if row['bf16'] else 'fp32'}"
         kind += ", TRL's fused-head loss" if row["trl_loss"] else ""
         print(f"training ({kind}): {row['tokens_per_s']} tokens/s ({row['tokens']} tokens, {row['seconds']} s)")
-    result = {"model": MODEL, "machine": describe_machine(), "date": time.strftime("%Y-%m-%d"),
-              "cpu_bf16_flags": cpu_bf16_flags(), "bf16": native, "training": training}  # fmt: skip
+    result: dict = {"training": runs}
     if native:
-        result["training_bf16_over_fp32"] = round(training[1]["tokens_per_s"] / training[0]["tokens_per_s"], 2)
-        result["training_full_over_lora"] = round(training[1]["tokens_per_s"] / training[2]["tokens_per_s"], 2)
-        result["training_own_loss_over_trl_loss"] = round(training[1]["tokens_per_s"] / training[3]["tokens_per_s"], 2)
-        print(
-            f"ratio bf16/fp32 training: {result['training_bf16_over_fp32']}x; full/LoRA: "
-            f"{result['training_full_over_lora']}x; own loss/TRL's: {result['training_own_loss_over_trl_loss']}x"
-        )
+        rate = [row["tokens_per_s"] for row in runs]
+        result |= {"bf16_over_fp32": round(rate[1] / rate[0], 2), "full_over_lora": round(rate[1] / rate[2], 2),
+                   "own_loss_over_trl_loss": round(rate[1] / rate[3], 2)}  # fmt: skip
+        print(f"ratio bf16/fp32 training: {result['bf16_over_fp32']}x; full/LoRA: {result['full_over_lora']}x; "
+              f"own loss/TRL's: {result['own_loss_over_trl_loss']}x")  # fmt: skip
+    return result
+
+
+def scoring_part(init: str, tasks, n: int, batch_size: int, native: bool) -> dict:
+    """Part 2: stage-1 scoring per candidate and with the shared prefix, at K = 4 and 15."""
     agent = Agent.load(init, bf16=native)
-    result["scoring"] = [score_speed(agent, tasks[: args.score_tasks], k, args.batch_size) for k in (4, 15)]
-    for row in result["scoring"]:
+    rows = [score_speed(agent, tasks[:n], k, batch_size) for k in (4, 15)]
+    for row in rows:
         print(f"scoring K={row['k']} ({row['rows']} rows, {row['tokens_per_row']} tokens a row, "
               f"{row['share_not_recomputed']:.0%} shared): per candidate {row['per_candidate_rows_per_s']} rows/s, "
               f"shared prefix {row['shared_rows_per_s']} rows/s, ratio {row['ratio']}x")  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written: {args.out}")
+    return {"batch_size": batch_size, "scoring": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=("training", "scoring", "both"), default="both")
+    parser.add_argument("--train-examples", type=int, default=48, help="GSM8K grounder examples per training run")
+    parser.add_argument("--score-tasks", type=int, default=16, help="GSM8K tasks scored, K candidates each")
+    parser.add_argument("--batch-size", type=int, default=16, help="scoring rows per forward pass (smol: 16)")
+    parser.add_argument("--out", type=Path, default=Path("docs/results/smol-speed"), help="folder: PART.json each")
+    args = parser.parse_args()
+    init = starting_point(MODEL)
+    tasks = load_gsm8k(shipped_file("gsm8k/train.jsonl"))
+    native = decide_bf16("auto")
+    print(f"{MODEL}: {init}; CPU bf16 flags: {', '.join(cpu_bf16_flags()) or 'none'}; bf16 used: {native}")
+    parts = ["training", "scoring"] if args.part == "both" else [args.part]
+    for part in parts:
+        if part == "training":
+            result = training_part(init, tasks, args.train_examples, native)
+        else:
+            result = scoring_part(init, tasks, args.score_tasks, args.batch_size, native)
+        header = {"model": MODEL, "part": part, "machine": describe_machine(), "date": time.strftime("%Y-%m-%d"),
+                  "cpu_bf16_flags": cpu_bf16_flags(), "bf16": native}  # fmt: skip
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{part}.json").write_text(json.dumps({**header, **result}, indent=2) + "\n")
+        print(f"written: {args.out / f'{part}.json'}")
 
 
 if __name__ == "__main__":

@@ -159,23 +159,15 @@ def prefix_groups(rows: Sequence[EncodedRow], max_rows: int) -> list[PrefixGroup
     return groups[::-1]
 
 
-def _batches(groups: Sequence[PrefixGroup], rows: Sequence[EncodedRow], batch_size: int) -> list[list[PrefixGroup]]:
-    """Whole groups, at most `batch_size` rows a batch, longest first after the prefix (an out-of-memory
-    batch size fails at once; similar suffix lengths pad least); groups sharing nothing go apart, as
-    they run without a prefix pass."""
-    order = sorted(groups, key=lambda g: (g.shared > 0, -max(len(rows[i].ids) - g.shared for i in g.rows)))
-    batches: list[list[PrefixGroup]] = []
-    for group in order:
-        last = batches[-1] if batches else []
-        if (
-            last
-            and (last[0].shared > 0) == (group.shared > 0)
-            and sum(len(g.rows) for g in last) + len(group.rows) <= batch_size
-        ):
-            last.append(group)
-        else:
-            batches.append([group])
-    return batches
+def _units(groups: Sequence[PrefixGroup], rows: Sequence[EncodedRow], batch_size: int) -> list[list[PrefixGroup]]:
+    """The scoring work in units: rows sharing nothing, at most `batch_size` a forward pass, longest first (an
+    out-of-memory batch size fails at once; similar lengths pad least); and groups sharing a prefix, at most
+    `batch_size` a prefix pass, those of similar prefix lengths together (the pass pads them to its longest)."""
+    alone = sorted((g for g in groups if not g.shared), key=lambda g: -len(rows[g.rows[0]].ids))
+    sharing = sorted((g for g in groups if g.shared), key=lambda g: -g.shared)
+    return [alone[i : i + batch_size] for i in range(0, len(alone), batch_size)] + [
+        sharing[i : i + batch_size] for i in range(0, len(sharing), batch_size)
+    ]
 
 
 def _padded(
@@ -238,41 +230,72 @@ def _cache_keyword(model) -> str:
     raise TypeError("prefix sharing needs a forward that takes a KV cache (`cache` or `past_key_values`)")
 
 
-def _score_shared(model, rows: Sequence[EncodedRow], groups: Sequence[PrefixGroup], pad_id: int) -> list[ActionScore]:
-    """Scores of the groups' rows, in group order: each prefix runs once (left padded, so all end at
-    the suffixes), its KV cache is copied to the group's rows, then the suffixes run after it."""
-    keyword, device, width = _cache_keyword(model), model.device, max(g.shared for g in groups)
+def _rows_cache(cache: DynamicCache, owner: torch.Tensor, config) -> DynamicCache:
+    """A new cache holding, for each row, its group's entries of `cache` (which stays as it is for the next rows)."""
+    rows = DynamicCache(config=config)
+    for index, layer in enumerate(cache.layers):
+        rows.update(layer.keys[owner], layer.values[owner], index)
+    return rows
+
+
+def _score_shared(
+    model, rows: Sequence[EncodedRow], groups: Sequence[PrefixGroup], pad_id: int, batch_size: int, advance
+) -> list[ActionScore]:
+    """Scores of the groups' rows, in group order. The groups' prefixes run once: what they all share in one pass
+    of one row, the rest of each in one pass (left padded, so all end where the suffixes start); then the rows
+    run after them in batches of at most `batch_size`, sorted by
+    suffix length, whatever their group, each with a copy of its group's KV cache: rows of one group differ in
+    length as much as rows of different groups, so batching them by length is what keeps the padding small."""
+    keyword, device = _cache_keyword(model), model.device
+    heads = [rows[g.rows[0]].ids[: g.shared] for g in groups]
+    root = min([g.shared for g in groups] + [_common_prefix(heads[0], h) for h in heads[1:]])
+    root = root if len(groups) > 1 else 0
+    cache, width = DynamicCache(config=model.config), max(g.shared for g in groups) - root
+    keep = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
+    if root:  # the prefix all the groups share (the tool list, the task) runs once, for one row
+        model(input_ids=torch.tensor([heads[0][:root]], device=device), use_cache=True, **{keyword: cache}, **keep)
+        cache = _rows_cache(cache, torch.zeros(len(groups), dtype=torch.long, device=device), model.config)
+    # The rest of each group's prefix, left padded after the root, so that every one ends where its suffixes start.
     prefix = torch.full((len(groups), width), pad_id, dtype=torch.long)
-    prefix_mask = torch.zeros((len(groups), width), dtype=torch.long)
-    for k, g in enumerate(groups):
-        prefix[k, width - g.shared :] = torch.tensor(rows[g.rows[0]].ids[: g.shared])
-        prefix_mask[k, width - g.shared :] = 1
-    cache = DynamicCache(config=model.config)
-    model(
-        input_ids=prefix.to(device),
-        attention_mask=prefix_mask.to(device),
-        position_ids=(prefix_mask.cumsum(1) - 1).clamp(min=0).to(device),
-        use_cache=True,
-        **{keyword: cache},
-        **({"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}),
-    )
-    owner = torch.tensor([k for k, g in enumerate(groups) for _ in g.rows])
-    cache.batch_select_indices(owner.to(device))
-    skips = [g.shared for g in groups for _ in g.rows]
-    input_ids, attention, scored, content, first = _padded([rows[i] for g in groups for i in g.rows], skips, pad_id)
-    # Positions continue each prefix; right padding repeats a row's last one.
-    positions = torch.tensor(skips)[:, None] + attention.cumsum(1) - 1
-    return _nll(
-        model,
-        input_ids,
-        scored,
-        content,
-        first,
-        attention_mask=torch.cat([prefix_mask[owner], attention], 1).to(device),
-        position_ids=positions.to(device),
-        use_cache=True,
-        **{keyword: cache},
-    )
+    prefix_mask = torch.cat([torch.ones((len(groups), root), dtype=torch.long),
+                             torch.zeros((len(groups), width), dtype=torch.long)], 1)  # fmt: skip
+    for k, (g, head) in enumerate(zip(groups, heads)):
+        prefix[k, width - (g.shared - root) :] = torch.tensor(head[root:], dtype=torch.long)
+        prefix_mask[k, root + width - (g.shared - root) :] = 1
+    if width:
+        model(
+            input_ids=prefix.to(device),
+            attention_mask=prefix_mask.to(device),
+            position_ids=(prefix_mask.cumsum(1) - 1).clamp(min=0)[:, root:].to(device),
+            use_cache=True,
+            **{keyword: cache},
+            **keep,
+        )
+    members = [(i, k) for k, g in enumerate(groups) for i in g.rows]
+    order = sorted(range(len(members)), key=lambda m: groups[members[m][1]].shared - len(rows[members[m][0]].ids))
+    out: list[ActionScore | None] = [None] * len(members)
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        owner = torch.tensor([members[m][1] for m in batch])
+        skips = [groups[members[m][1]].shared for m in batch]
+        input_ids, attention, scored, content, first = _padded([rows[members[m][0]] for m in batch], skips, pad_id)
+        # Positions continue each prefix; right padding repeats a row's last one.
+        positions = torch.tensor(skips)[:, None] + attention.cumsum(1) - 1
+        scores = _nll(
+            model,
+            input_ids,
+            scored,
+            content,
+            first,
+            attention_mask=torch.cat([prefix_mask[owner], attention], 1).to(device),
+            position_ids=positions.to(device),
+            use_cache=True,
+            **{keyword: _rows_cache(cache, owner.to(device), model.config)},
+        )
+        for m, score in zip(batch, scores):
+            out[m] = score
+        advance(len(batch))
+    return out  # type: ignore[return-value]
 
 
 @torch.inference_mode()
@@ -303,21 +326,22 @@ def score_completions(
     rows = [encode_completion(tok, u, c) for u, c in zip(users, completions)]
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     groups = prefix_groups(rows, batch_size) if share_prefix else [PrefixGroup((i,), 0) for i in range(len(rows))]
-    batches = _batches(groups, rows, batch_size)
+    units = _units(groups, rows, batch_size)
     out: list[ActionScore | None] = [None] * len(rows)
     with progress_bar() as bar:
         task = bar.add_task(desc, total=len(rows))
 
-        def score(batch: list[PrefixGroup]) -> list[ActionScore]:
-            members = [i for g in batch for i in g.rows]
-            if batch[0].shared:
-                scores = _score_shared(model, rows, batch, pad_id)
-            else:
-                scores = _score_plain(model, [rows[i] for i in members], pad_id)
-            bar.advance(task, len(members))
+        def advance(n: int) -> None:
+            bar.advance(task, n)
+
+        def score(unit: list[PrefixGroup]) -> list[ActionScore]:
+            if unit[0].shared:
+                return _score_shared(model, rows, unit, pad_id, batch_size, advance)
+            scores = _score_plain(model, [rows[g.rows[0]] for g in unit], pad_id)
+            advance(len(unit))
             return scores
 
-        for batch, scores in zip(batches, ranks.share(score, batches)):  # each rank scores a run of batches
-            for i, result in zip((i for g in batch for i in g.rows), scores):
+        for unit, scores in zip(units, ranks.share(score, units)):  # each rank scores a run of units
+            for i, result in zip((i for g in unit for i in g.rows), scores):
                 out[i] = result
     return out  # type: ignore[return-value]

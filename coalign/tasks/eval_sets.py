@@ -1,8 +1,9 @@
 """The papers' small real evaluation sets (GSM8K test, SVAMP, StrategyQA, HotpotQA dev), fetched from their
 public origins into the files the paper configs read, each checked against the sha256 of the public original.
 
-coalign does not redistribute these files (their owners publish them; the package points at them). `coalign data
-fetch eval` downloads each one with its licence into `OUT/<set>/`, refuses a file whose bytes differ from the
+The package also ships the same files, unchanged, with their licences (`coalign/data/`, read as `shipped:` paths
+and checked against the same pins, `tasks.shipped`). `coalign data fetch eval` downloads each one with its
+licence from its origin into `OUT/<set>/`, refuses a file whose bytes differ from the
 pinned original (nothing is written for it, and files fetched before it are kept), and records source, size and
 sha256 in `OUT/fetch.json`. The download is a parameter (`get`, `download` by default), so tests fetch from
 local copies.

@@ -1,0 +1,41 @@
+"""The real-model configs (`smol`, `smol-pilotrl`) and `coalign demo smol`: what a fresh clone runs offline."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from coalign.cli import app
+from coalign.registry import load_config
+from coalign.tasks.sources import load_data
+
+runner = CliRunner()
+
+
+def test_smol_trains_on_shipped_gsm8k_and_holds_out_svamp():
+    config = load_config("smol")
+    assert config.recipe == "lumos" and config.bf16 == "auto"
+    assert config.models.planner == config.models.grounder == "smollm2-135m"
+    train, record = load_data(config.data.train, skip_bad_rows=False)
+    heldin, _ = load_data(config.data.heldin, skip_bad_rows=False)
+    heldout, _ = load_data(config.data.heldout, skip_bad_rows=False)
+    assert record["tasks"] == len(train) == config.data.train[0].n
+    assert {t.dataset for t in train} == {"gsm8k"} and {t.dataset for t in heldout} == {"svamp"}
+    assert {t.dataset for t in heldin} == {"gsm8k"} and not {t.id for t in train} & {t.id for t in heldin}
+    # deferred subgoals: the planner writes the calculation, the grounder's Calculator computes it
+    first = train[0]
+    assert first.subgoals == ("Natalia sold 48/2 clips in May.", "Natalia sold 48+R1 clips altogether in April and May.")
+    assert config.moat.tasks <= len(train)
+    assert all(getattr(config, stage).bf16 == "auto" for stage in ("planner_sft", "grounder_sft", "planner_dpo"))
+
+
+def test_smol_pilotrl_is_adaplan_on_the_six_environments():
+    config = load_config("smol-pilotrl")
+    assert config.recipe == "pilotrl" and config.pilotrl.model == "smollm2-135m"
+    assert config.pilotrl.mode == "adaplan" and len(config.pilotrl.heldin + config.pilotrl.heldout) == 6
+    assert config.pilotrl.sft.bf16 == config.pilotrl.rl.bf16 == "auto"
+
+
+def test_an_unknown_demo_names_the_three():
+    result = runner.invoke(app, ["demo", "nope"])
+    assert result.exit_code == 2
+    assert "moat, smol and pilotrl" in result.output
