@@ -233,6 +233,9 @@ DEMO_SETTINGS = [
     "planner_sft.epochs=0.5", "grounder_sft.epochs=0.5", "moat.rounds=1", "moat.tasks=100",
     "grounder_round_sft.epochs=1",
 ]  # fmt: skip
+# `coalign bench smol` runs its MOAT round on 32 tasks, over 30 minutes a seed on 2 cores
+# (docs/log/2026-12-06-smollm2.md); the demo's round takes 16
+SMOL_DEMO_SETTINGS = ["moat.tasks=16"]
 # `coalign bench tiny-pilotrl` trains on 200 episodes per environment for 3 epochs, evaluates 10 per environment
 PILOTRL_DEMO_SETTINGS = [
     "pilotrl.train_tasks=50", "pilotrl.sft.epochs=2", "pilotrl.eval_tasks=5", "pilotrl.eval_update_every=[1]"
@@ -376,14 +379,14 @@ def demo(
 
     moat: from the shipped tiny bases, planner and grounder SFT (Agent Lumos),
     then one small MOAT round, against the Lumos baseline. smol: the same on
-    SmolLM2-135M-Instruct with GSM8K and SVAMP (seed 0 of: coalign bench smol).
+    SmolLM2-135M-Instruct with GSM8K and SVAMP (its MOAT round on 16 tasks).
     pilotrl: SFT on expert episodes as AdaPlan and as ReAct, on the six
     environments."""
     if recipe == "moat":
         _bench("tiny", run_dir or Path("runs/demo"), [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_],
                force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
     elif recipe == "smol":
-        _bench("smol", run_dir or Path("runs/demo-smol"), [0], ["lumos", "moat"], None, list(set_),
+        _bench("smol", run_dir or Path("runs/demo-smol"), [0], ["lumos", "moat"], None, [*SMOL_DEMO_SETTINGS, *set_],
                force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
     elif recipe == "pilotrl":
         _bench("tiny-pilotrl", run_dir or Path("runs/demo-pilotrl"), [0], ["adaplan", "react"], None,

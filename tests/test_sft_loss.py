@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from peft import LoraConfig, get_peft_model
 from trl import SFTConfig, SFTTrainer
 
 from coalign.models.bases import base_path
@@ -18,7 +19,7 @@ EXAMPLES = [
 ]
 
 
-def losses(tmp_path, bf16: bool) -> tuple[float, float]:
+def losses(tmp_path, bf16: bool, lora: bool = False) -> tuple[float, float]:
     """One batch's loss from TRL's trainer and from ours, same model, same batch (use_cpu as coalign sets it)."""
     base = str(base_path("coalign-base"))
     tokenizer = load_tokenizer(base)
@@ -31,6 +32,10 @@ def losses(tmp_path, bf16: bool) -> tuple[float, float]:
     out = []
     for cls in (SFTTrainer, LogitsLossSFTTrainer):
         model = load_model(base, dtype="float32")
+        if lora:  # adapters on every linear layer but the head, as coalign's `lora` block trains them
+            torch.manual_seed(0)
+            config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+            model = get_peft_model(model, config)
         trainer = cls(model=model, args=args, train_dataset=data, processing_class=tokenizer)
         batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
         masked = (batch["labels"] != -100).sum().item()
@@ -40,10 +45,12 @@ def losses(tmp_path, bf16: bool) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def test_the_logits_loss_is_trls_loss_in_bf16(tmp_path):
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_logits_loss_is_trls_loss_in_bf16(tmp_path, lora):
     """Same tokens, same mean over the completion's tokens (num_items_in_batch the shifted count): TRL rounds the
-    head's product in fp32 tiles, ours in bf16 autocast, so they agree to bf16's precision."""
-    trl_loss, ours = losses(tmp_path, bf16=True)
+    head's product in fp32 tiles, ours in bf16 autocast, so they agree to bf16's precision. With LoRA adapters
+    (non-zero: initialised at random) the backbone's hidden states are the adapted ones."""
+    trl_loss, ours = losses(tmp_path, bf16=True, lora=lora)
     assert ours == pytest.approx(trl_loss, rel=2e-2)
     assert ours > 0.5  # a fresh fine-tune of the base: far from zero, so the comparison means something
 

@@ -23,7 +23,10 @@ def test_smol_trains_on_shipped_gsm8k_and_holds_out_svamp():
     assert {t.dataset for t in heldin} == {"gsm8k"} and not {t.id for t in train} & {t.id for t in heldin}
     # deferred subgoals: the planner writes the calculation, the grounder's Calculator computes it
     first = train[0]
-    assert first.subgoals == ("Natalia sold 48/2 clips in May.", "Natalia sold 48+R1 clips altogether in April and May.")
+    assert first.subgoals == (
+        "Natalia sold 48/2 clips in May.",
+        "Natalia sold 48+R1 clips altogether in April and May.",
+    )
     assert config.moat.tasks <= len(train)
     assert all(getattr(config, stage).bf16 == "auto" for stage in ("planner_sft", "grounder_sft", "planner_dpo"))
 

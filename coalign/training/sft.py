@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch.nn.functional as F
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
@@ -49,21 +50,30 @@ def sft(
 
 
 class LogitsLossSFTTrainer(SFTTrainer):
-    """TRL's SFTTrainer whose loss, on a CPU in bf16, is the model's own: cross-entropy over its full logits.
+    """TRL's SFTTrainer whose loss, on a CPU in bf16, is computed from the logits of the completion tokens alone.
 
     TRL computes the loss with a fused LM head that casts every vocabulary tile and the head's weights to fp32 on
-    each call; on a GPU it runs as a triton kernel, but on a CPU it is plain torch, and there it made a bf16 step
-    of SmolLM2-135M (vocabulary 49,152) about twice as slow as the forward and backward of the rest of the
-    model (profiled, docs/log/2026-12-06-smollm2.md). The loss is the same (tests/test_sft_loss.py); TRL's
-    entropy and token-accuracy metrics are not logged on this path. Elsewhere, TRL's own path runs.
+    each call; on a GPU it runs as a triton kernel, but on a CPU it is plain torch, and there the whole step ran
+    at 0.75x the speed of this one (SmolLM2-135M, `benchmarks/real_model_speed.py`). Here the backbone's hidden
+    states at the positions that predict a completion token go through the head, in bf16 autocast, and their
+    cross-entropy is summed and divided as TRL divides it (`num_items_in_batch`). Only those positions: a
+    grounder row is ~90% prompt, and the full logits of a batch (49,152 columns) would take gigabytes. The loss is
+    TRL's (tests/test_sft_loss.py); TRL's entropy and token-accuracy metrics are not logged on this path, and a
+    model whose head is more than a linear layer (a logit soft-cap) takes TRL's path.
     """
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if not (self.args.use_cpu and self.args.bf16):
+        config = getattr(model, "config", None)
+        if not (self.args.use_cpu and self.args.bf16) or getattr(config, "final_logit_softcapping", None):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        kept = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids", "labels") if k in inputs}
-        outputs = model(**kept, use_cache=False, num_items_in_batch=num_items_in_batch)
-        return (outputs.loss, outputs) if return_outputs else outputs.loss
+        kept = {k: inputs[k] for k in ("input_ids", "attention_mask", "position_ids") if k in inputs}
+        hidden = model.get_decoder()(**kept, use_cache=False).last_hidden_state[:, :-1]
+        labels = inputs["labels"][:, 1:].to(hidden.device)
+        scored = labels != -100
+        logits = model.get_output_embeddings()(hidden[scored]).float()
+        loss = F.cross_entropy(logits, labels[scored], reduction="sum")
+        loss = loss / (num_items_in_batch if num_items_in_batch is not None else scored.sum().clamp(min=1))
+        return (loss, None) if return_outputs else loss
 
 
 def _fit(
