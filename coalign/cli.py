@@ -233,9 +233,15 @@ DEMO_SETTINGS = [
     "planner_sft.epochs=0.5", "grounder_sft.epochs=0.5", "moat.rounds=1", "moat.tasks=100",
     "grounder_round_sft.epochs=1",
 ]  # fmt: skip
-# `coalign bench smol` runs its MOAT round on 32 tasks, over 30 minutes a seed on 2 cores
-# (docs/log/2026-12-06-smollm2.md); the demo's round takes 16
-SMOL_DEMO_SETTINGS = ["moat.tasks=16"]
+# `coalign bench smol` trains on 128 GSM8K problems, runs its MOAT round on 32 and evaluates on 50 + 50: about an
+# hour a seed on 2 cores (docs/log/2026-12-06-smollm2.md). The demo halves each, sized by those stage times for 30
+# minutes.
+SMOL_DEMO_SETTINGS = [
+    'data.train=[{kind: gsm8k, path: "shipped:gsm8k/train.jsonl", subgoals: deferred, n: 64}]',
+    'data.heldin=[{kind: gsm8k, path: "shipped:gsm8k/test_socratic.jsonl", n: 30}]',
+    'data.heldout=[{kind: svamp, path: "shipped:svamp/SVAMP.json", n: 30}]',
+    "moat.tasks=12",
+]
 # `coalign bench tiny-pilotrl` trains on 200 episodes per environment for 3 epochs, evaluates 10 per environment
 PILOTRL_DEMO_SETTINGS = [
     "pilotrl.train_tasks=50", "pilotrl.sft.epochs=2", "pilotrl.eval_tasks=5", "pilotrl.eval_update_every=[1]"
@@ -379,7 +385,7 @@ def demo(
 
     moat: from the shipped tiny bases, planner and grounder SFT (Agent Lumos),
     then one small MOAT round, against the Lumos baseline. smol: the same on
-    SmolLM2-135M-Instruct with GSM8K and SVAMP (its MOAT round on 16 tasks).
+    SmolLM2-135M-Instruct with GSM8K and SVAMP (half the sizes of bench smol).
     pilotrl: SFT on expert episodes as AdaPlan and as ReAct, on the six
     environments."""
     if recipe == "moat":

@@ -42,3 +42,12 @@ def test_an_unknown_demo_names_the_three():
     result = runner.invoke(app, ["demo", "nope"])
     assert result.exit_code == 2
     assert "moat, smol and pilotrl" in result.output
+
+
+def test_the_smol_demo_halves_the_bench():
+    from coalign.cli import SMOL_DEMO_SETTINGS, _config
+
+    bench, demo = load_config("smol"), _config("smol", SMOL_DEMO_SETTINGS)
+    assert demo.data.train[0].n * 2 == bench.data.train[0].n and demo.data.train[0].subgoals == "deferred"
+    assert demo.moat.tasks < bench.moat.tasks and demo.data.heldout[0].n < bench.data.heldout[0].n
+    assert demo.models == bench.models and demo.planner_sft == bench.planner_sft
