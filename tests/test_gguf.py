@@ -184,9 +184,9 @@ def conversions(monkeypatch) -> list[Path]:
     calls: list[Path] = []
     real = coalign_gguf.convert
 
-    def counting(source, out, digest):
+    def counting(source, out, digest, origin=None):
         calls.append(source)
-        real(source, out, digest)
+        real(source, out, digest, origin)
 
     monkeypatch.setattr(coalign_gguf, "convert", counting)
     return calls
@@ -413,6 +413,8 @@ def test_smollm2_by_name_converts_and_chats(cache):
     config = json.loads((Path(path) / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert (config["num_hidden_layers"], config["hidden_size"], config["vocab_size"]) == (30, 576, 49152)
+    manifest = json.loads((Path(path) / MANIFEST).read_text())
+    assert manifest["origin"] == NAMED["smollm2-135m"].origin and manifest["source"].endswith(".Q4_1.gguf")
 
     tokenizer = load_tokenizer(path)
     assert "<|im_start|>" in tokenizer.chat_template

@@ -87,7 +87,8 @@ def decide_bf16(asked: bool | str, what: str = "bf16") -> bool:
 
 
 def precision_record(decided: dict[str, bool]) -> dict:
-    """What the run folder keeps of its precision choices: each setting's decision and why it was made."""
+    """What the run folder keeps of its precision choices: each setting's decision, and the device and CPU flags
+    they were made on (a run resumed on another machine may decide otherwise)."""
     import torch
 
     return {

@@ -115,8 +115,9 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def convert(source: Path, out: Path, source_sha256: str) -> None:
-    """transformers' GGUF reader into a plain safetensors folder at `out`, written whole or not at all."""
+def convert(source: Path, out: Path, source_sha256: str, origin: str | None = None) -> None:
+    """transformers' GGUF reader into a plain safetensors folder at `out`, written whole or not at all; the
+    manifest names the source file, its sha256 and, for a named model, where it comes from (`origin`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -146,6 +147,8 @@ def convert(source: Path, out: Path, source_sha256: str) -> None:
         tokenizer.save_pretrained(str(tmp))
         files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         manifest = {"source": str(source), "source_sha256": source_sha256, "files_sha256": files}
+        if origin:
+            manifest["origin"] = origin
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
@@ -177,7 +180,7 @@ def converted(name: str) -> Path:
                 f"{name}: converting its GGUF once into {folder} (about a minute)", markup=False
             )
             try:
-                convert(source, folder, digest)
+                convert(source, folder, digest, NAMED[name].origin if name in NAMED else None)
             except (OSError, ValueError, KeyError, RuntimeError) as err:
                 raise RunError(f"{source}: could not convert the GGUF file ({type(err).__name__}: {err})") from err
             if not cache_valid(folder, digest):
