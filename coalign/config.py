@@ -58,7 +58,8 @@ def _precision(value: object) -> bool | str:
     raise ValueError(f"must be true, false or auto, not {value!r}")
 
 
-Precision = Annotated[bool | Literal["auto"], PlainValidator(_precision)]  # one error for a wrong value, not one a type
+# One validator, so a wrong value is one error, not one per member of the union.
+Precision = Annotated[bool | Literal["auto"], PlainValidator(_precision)]
 BF16 = "train in bf16: true, false, or auto (bf16 on a GPU that has it or a CPU with native bf16, else fp32)"
 CHECKPOINTING = "recompute activations in the backward pass: less memory (a 7B model on one GPU), more time"
 
