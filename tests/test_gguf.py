@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM
 
+from coalign.core import runs
 from coalign.core.errors import RunError
 from coalign.models import gguf as coalign_gguf
 from coalign.models.agents import Agent
@@ -165,7 +166,7 @@ def first_conversion(tiny_gguf, tmp_path_factory) -> Path:
 def cache(monkeypatch, tmp_path) -> Path:
     """An empty cache root of this test's own, and no folder remembered as verified."""
     monkeypatch.setenv("COALIGN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(coalign_gguf, "_VERIFIED", {})
+    monkeypatch.setattr(runs, "_HASHED", {})
     return tmp_path / "cache"
 
 
@@ -261,7 +262,7 @@ def test_a_gguf_file_converts_once_into_the_same_model(cache, tiny_gguf, convers
     # later calls, in this process or a new one (nothing remembered), use the folder as it is
     no_conversion(monkeypatch)
     assert starting_point(str(tiny_gguf)) == path
-    monkeypatch.setattr(coalign_gguf, "_VERIFIED", {})
+    monkeypatch.setattr(runs, "_HASHED", {})
     assert starting_point(str(tiny_gguf)) == path
     assert converted(str(tiny_gguf)) == folder
 
@@ -347,13 +348,13 @@ def test_a_partial_or_corrupt_cache_is_converted_again(cached, tiny_gguf, conver
     digest = sha256(tiny_gguf)
     damage(cached)
     if damage is flipped_byte:  # size and mtime unchanged: the in-process memo cannot tell, a new process hashes
-        monkeypatch.setattr(coalign_gguf, "_VERIFIED", {})
+        monkeypatch.setattr(runs, "_HASHED", {})
     assert not cache_valid(cached, digest)
 
     assert converted(str(tiny_gguf)) == cached
     assert conversions == [tiny_gguf]
     assert cache_valid(cached, digest)
-    monkeypatch.setattr(coalign_gguf, "_VERIFIED", {})
+    monkeypatch.setattr(runs, "_HASHED", {})
     assert cache_valid(cached, digest)
     assert not cached.with_name(f".{cached.name}.{os.getpid()}.tmp").exists()
     same_weights(load_model(str(cached)).state_dict(), load_model(str(base_path(BASE))).state_dict())

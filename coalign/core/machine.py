@@ -4,6 +4,7 @@ results record it."""
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -25,7 +26,6 @@ def describe_machine() -> dict:
     """The CPU and the kernels torch picks for it, cores, GPUs and the versions of the libraries that train."""
     import torch
 
-    info = Path("/proc/cpuinfo")
     versions = {}
     for name in LIBRARIES:
         try:
@@ -33,7 +33,7 @@ def describe_machine() -> dict:
         except PackageNotFoundError:
             versions[name] = None
     return {
-        "cpu": cpu_name(info.read_text() if info.exists() else ""),
+        "cpu": cpu_name(_cpuinfo()),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cores": os.cpu_count(),
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
@@ -54,11 +54,16 @@ def machine_summary(machine: dict) -> str:
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # CPU flags of native bf16 arithmetic (AVX-512 BF16, Intel AMX)
 
 
+@functools.cache
+def _cpuinfo() -> str:
+    """/proc/cpuinfo's text (empty on other systems), read once: the CPU does not change under a running process."""
+    info = Path("/proc/cpuinfo")
+    return info.read_text() if info.exists() else ""
+
+
 def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
     """The native-bf16 flags this CPU reports in /proc/cpuinfo (none on other systems, or where it has none)."""
-    if cpuinfo is None:
-        info = Path("/proc/cpuinfo")
-        cpuinfo = info.read_text() if info.exists() else ""
+    cpuinfo = _cpuinfo() if cpuinfo is None else cpuinfo
     found = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M)
     flags = set(found.group(1).split()) if found else set()
     return [flag for flag in CPU_BF16_FLAGS if flag in flags]

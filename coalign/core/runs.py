@@ -329,3 +329,19 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+_HASHED: dict[Path, tuple[tuple[int, int, int], str]] = {}  # path -> (its size, mtime, inode; its sha256)
+
+
+def known_sha256(path: str | Path) -> str:
+    """`file_sha256`, taken once per process while the file's size, mtime and inode stay: for files checked on every
+    use (a shipped data file, a converted model's weights), so a later use costs a stat, and a replaced or
+    rewritten file is hashed again. OSError when the file is missing."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    state = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    known = _HASHED.get(path)
+    if known is None or known[0] != state:
+        known = _HASHED[path] = (state, file_sha256(path))
+    return known[1]

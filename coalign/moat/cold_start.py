@@ -24,7 +24,7 @@ from coalign.models.bases import starting_point
 from coalign.models.load import make_tiny_model
 from coalign.tasks import Task
 from coalign.tasks.sources import load_data, report_skipped, source_name
-from coalign.training.setup import inference_bf16, training_settings
+from coalign.training.setup import inference_bf16, inference_settings, training_settings
 from coalign.training.sft import sft
 
 
@@ -160,7 +160,7 @@ def eval_settings(config: RunConfig) -> dict:
         "skip_bad_rows": data["skip_bad_rows"],
         "eval": config.eval.model_dump(mode="json"),
         "generation": config.generation.model_dump(mode="json") if config.generation else None,
-        **({"bf16": True} if inference_bf16(config) else {}),  # absent otherwise: older run folders resume
+        **inference_settings(config),
     }
 
 

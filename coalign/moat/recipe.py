@@ -66,7 +66,7 @@ from coalign.tasks import Task
 from coalign.tasks.sources import refuse_in_rounds
 from coalign.tools.executor import execute
 from coalign.training.dpo import dpo
-from coalign.training.setup import inference_bf16, prepare_run, training_settings
+from coalign.training.setup import inference_bf16, inference_settings, prepare_run, training_settings
 
 
 def _rows(path: Path) -> list[dict]:
@@ -119,7 +119,7 @@ def _generation(config: RunConfig) -> dict | None:
     """The generation settings a stage's output depends on: the backend's block, and bf16 where the run uses it
     (absent otherwise, so a run folder made before bf16 existed resumes)."""
     block = config.generation.model_dump(mode="json") if config.generation else None
-    return {**(block or {}), "bf16": True} if inference_bf16(config) else block
+    return {**(block or {}), **inference_settings(config)} or block
 
 
 def _turn_info(units: list[Unit], info: dict, count) -> dict:
@@ -189,11 +189,8 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candi
         write_jsonl(path, rows)
         return {"scored": len(scores)}
 
-    bf16 = {"bf16": True} if inference_bf16(config) else {}
-    inputs, settings = (
-        [grounder, _file(run, r, "candidates.jsonl")],
-        _settings(config, ("k",), units=_digest(units), **bf16),
-    )
+    inputs = [grounder, _file(run, r, "candidates.jsonl")]
+    settings = _settings(config, ("k",), units=_digest(units), **inference_settings(config))
     run.stage(f"round{r}_score", score, [path], inputs=inputs, settings=settings)
     return [row["scores"] for row in _rows(path)]
 

@@ -243,9 +243,9 @@ def _score_shared(
 ) -> list[ActionScore]:
     """Scores of the groups' rows, in group order. The groups' prefixes run once: what they all share in one pass
     of one row, the rest of each in one pass (left padded, so all end where the suffixes start); then the rows
-    run after them in batches of at most `batch_size`, sorted by
-    suffix length, whatever their group, each with a copy of its group's KV cache: rows of one group differ in
-    length as much as rows of different groups, so batching them by length is what keeps the padding small."""
+    run after them in batches of at most `batch_size`, sorted by suffix length, whatever their group, each with a
+    copy of its group's KV cache: rows of one group differ in length as much as rows of different groups, so
+    batching them by length is what keeps the padding small."""
     keyword, device = _cache_keyword(model), model.device
     heads = [rows[g.rows[0]].ids[: g.shared] for g in groups]
     root = min([g.shared for g in groups] + [_common_prefix(heads[0], h) for h in heads[1:]])

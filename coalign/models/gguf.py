@@ -21,11 +21,10 @@ from pathlib import Path
 
 from coalign.core.console import make_console
 from coalign.core.errors import RunError
-from coalign.core.runs import file_sha256
+from coalign.core.runs import file_sha256, known_sha256
 
 CACHE_ENV = "COALIGN_CACHE"  # where converted models go; default ~/.cache/coalign
 MANIFEST = "gguf_source.json"
-_VERIFIED: dict[Path, tuple] = {}  # cache folders checked in this process, with what their files were then
 
 
 @dataclass(frozen=True)
@@ -82,25 +81,16 @@ def gguf_file(name: str) -> Path:
     return path
 
 
-def _files_state(folder: Path) -> tuple:
-    return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()))
-
-
 def cache_valid(folder: Path, source_sha256: str) -> bool:
     """Whether `folder` is a whole conversion of the GGUF with that sha256: its manifest names that source and
-    every file it lists has the sha256 it records (hashed once per process while the files stay unchanged)."""
+    every file it lists has the sha256 it records (`known_sha256`: hashed once per process while unchanged)."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
         if manifest["source_sha256"] != source_sha256 or not manifest["files_sha256"]:
             return False
-        if _VERIFIED.get(folder) == _files_state(folder):
-            return True
-        ok = all(file_sha256(folder / n) == digest for n, digest in manifest["files_sha256"].items())
+        return all(known_sha256(folder / n) == digest for n, digest in manifest["files_sha256"].items())
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    if ok:
-        _VERIFIED[folder] = _files_state(folder)
-    return ok
 
 
 @contextlib.contextmanager
@@ -168,7 +158,7 @@ def converted(name: str) -> Path:
     """The cache folder holding `name`'s GGUF as a model folder, converting it first when it is missing,
     partial or altered. The folder is named by the file's stem and sha256, so another file never reuses it."""
     source = gguf_file(name)
-    digest = file_sha256(source)
+    digest = known_sha256(source)
     folder = cache_root() / "models" / f"{source.stem}-{digest[:16]}"
     if cache_valid(folder, digest):
         return folder

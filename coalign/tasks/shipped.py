@@ -7,10 +7,10 @@ after its sha256 is checked: an altered copy would otherwise give quietly differ
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from coalign.core.errors import DataError
+from coalign.core.runs import known_sha256
 from coalign.tasks.eval_sets import EVAL_SETS
 
 PREFIX = "shipped:"
@@ -22,24 +22,20 @@ SHIPPED: dict[str, str] = {
     "gsm8k/train.jsonl": "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",  # openai/grade-school-math
 }
 
-_verified: dict[Path, tuple[int, int]] = {}  # path -> (size, mtime) when its sha256 last matched
-
 
 def shipped_file(name: str) -> Path:
-    """The path of the shipped file `name` (`gsm8k/train.jsonl`), after checking its sha256 (once per process while
-    its size and mtime stay). DataError naming the file when the name is unknown or the file is missing or altered."""
+    """The path of the shipped file `name` (`gsm8k/train.jsonl`), after checking its sha256 (`known_sha256`: once
+    per process while the file stays). DataError naming the file when the name is unknown or the file is missing
+    or altered."""
     if name not in SHIPPED:
         known = ", ".join(sorted(SHIPPED))
         raise DataError(f"{PREFIX}{name}", None, None, f"no such shipped file (coalign ships {known})", "unknown file")
     path = DATA / name
     try:
-        stat = path.stat()
+        got = known_sha256(path)
     except OSError:
         raise DataError(path, None, None, "missing from this install; reinstall coalign", "missing") from None
-    if _verified.get(path) == (stat.st_size, stat.st_mtime_ns):
-        return path
-    got, original = hashlib.sha256(path.read_bytes()).hexdigest(), SHIPPED[name]
-    if got != original:
-        raise DataError(path, None, None, f"sha256 {got}, not the original's {original}; reinstall coalign", "altered")
-    _verified[path] = (stat.st_size, stat.st_mtime_ns)
+    if got != SHIPPED[name]:
+        problem = f"sha256 {got}, not the original's {SHIPPED[name]}; reinstall coalign"
+        raise DataError(path, None, None, problem, "altered")
     return path

@@ -71,6 +71,12 @@ def inference_bf16(config: RunConfig) -> bool:
     return decide_bf16(config.bf16 or False, "bf16")
 
 
+def inference_settings(config: RunConfig) -> dict:
+    """What a stage that generates or scores records of its precision: `{"bf16": True}` in bf16, else nothing, so
+    run folders made before bf16 existed resume."""
+    return {"bf16": True} if inference_bf16(config) else {}
+
+
 def prepare_run(
     config: RunConfig, run_dir: str | Path, console: Console, force: bool = False, trains: bool = True
 ) -> Run:
