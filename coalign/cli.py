@@ -234,13 +234,13 @@ DEMO_SETTINGS = [
     "grounder_round_sft.epochs=1",
 ]  # fmt: skip
 # `coalign bench smol` trains on 128 GSM8K problems, runs its MOAT round on 32 and evaluates on 50 + 50: about an
-# hour a seed on 2 cores (docs/log/2026-12-06-smollm2.md). The demo halves each, sized by those stage times for 30
-# minutes.
+# hour a seed on 2 cores (docs/log/2026-12-06-smollm2.md). The demo trains on a quarter and evaluates on 20 + 20,
+# sized by those stage times for about 20 minutes, inside the 30 its issue allows.
 SMOL_DEMO_SETTINGS = [
-    'data.train=[{kind: gsm8k, path: "shipped:gsm8k/train.jsonl", subgoals: deferred, n: 64}]',
-    'data.heldin=[{kind: gsm8k, path: "shipped:gsm8k/test_socratic.jsonl", n: 30}]',
-    'data.heldout=[{kind: svamp, path: "shipped:svamp/SVAMP.json", n: 30}]',
-    "moat.tasks=12",
+    'data.train=[{kind: gsm8k, path: "shipped:gsm8k/train.jsonl", subgoals: deferred, n: 32}]',
+    'data.heldin=[{kind: gsm8k, path: "shipped:gsm8k/test_socratic.jsonl", n: 20}]',
+    'data.heldout=[{kind: svamp, path: "shipped:svamp/SVAMP.json", n: 20}]',
+    "moat.tasks=8",
 ]
 # `coalign bench tiny-pilotrl` trains on 200 episodes per environment for 3 epochs, evaluates 10 per environment
 PILOTRL_DEMO_SETTINGS = [
