@@ -385,7 +385,7 @@ def demo(
 
     moat: from the shipped tiny bases, planner and grounder SFT (Agent Lumos),
     then one small MOAT round, against the Lumos baseline. smol: the same on
-    SmolLM2-135M-Instruct with GSM8K and SVAMP (half the sizes of bench smol).
+    SmolLM2-135M-Instruct with GSM8K and SVAMP (a quarter of bench smol's training).
     pilotrl: SFT on expert episodes as AdaPlan and as ReAct, on the six
     environments."""
     if recipe == "moat":
