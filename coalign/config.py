@@ -367,7 +367,8 @@ class GRPOSettings(Settings):
     tasks: int = Field(64, ge=1, description="training tasks per held-in environment (seeds after the SFT's)")
     num_generations: int = Field(16, ge=2, description="rollouts per task (GRPO's group)")
     batch_size: int = Field(
-        16, ge=1, description="episodes per forward pass in one process (split as SFT's); a multiple of num_generations"
+        16, ge=1, description="episodes per forward pass in one process (split as SFT's); x grad_accum, a "
+        "multiple of num_generations"
     )
     grad_accum: int = Field(16, ge=1)
     learning_rate: float = Field(1e-6, gt=0)
@@ -409,9 +410,10 @@ class GRPOSettings(Settings):
         if any(epochs <= 0 for epochs in self.epochs.values()):
             raise ValueError(f"epochs must be > 0: {self.epochs}")
         check_judge_options(self.judge, self.judge_options)
-        if self.batch_size % self.num_generations:
+        if (self.batch_size * self.grad_accum) % self.num_generations:  # TRL's generation batch: whole groups
             raise ValueError(
-                f"batch_size {self.batch_size} is not a multiple of num_generations {self.num_generations}"
+                f"batch_size {self.batch_size} x grad_accum {self.grad_accum} is not a multiple of num_generations "
+                f"{self.num_generations}"
             )
         return self
 

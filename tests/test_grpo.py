@@ -161,6 +161,34 @@ def test_a_killed_stage_resumes_from_its_last_checkpoint(init, whole, tmp_path, 
     assert all(torch.equal(a[k], b[k]) for k in a)  # the same run as the uninterrupted one
 
 
+def test_a_batch_of_one_accumulated_still_hands_the_rollout_whole_groups(init, tmp_path, monkeypatch):
+    """batch_size 1 x grad_accum 4 (one episode a forward pass, as a long-context CPU run needs): TRL's
+    generation batch is the 4, two tasks' whole groups, one optimizer step each; a batch alone need not hold a
+    group, and the settings accept it."""
+    calls = []
+
+    def recording(rows, spec, executor=None):
+        rollout = make_rollout_func(rows, spec, executor)
+
+        def wrapped(prompts, trainer):
+            calls.append(sorted(p[-1]["task"] for p in prompts))
+            return rollout(prompts, trainer)
+
+        return wrapped
+
+    monkeypatch.setattr(stages_module, "make_rollout_func", recording)
+    monkeypatch.setattr(stages_module, "reward_functions", _sampled_rewards)
+    stage = STAGES["joint"]
+    settings = GRPOSettings(**{**RL, "batch_size": 1, "grad_accum": 4, "epochs": {"joint": 1}})
+    out = grpo_stage(init, tmp_path / "one", prompt_rows(KILL_ROWS, "adaplan"), stage, settings, _spec(stage))
+    log = read_json(out / "train_log.json")
+    assert log["steps"] == 2 and all(row["grad_norm"] > 0 for row in log["history"])
+    assert len(calls) == 2 and all(len(c) == 4 and c[0] == c[1] and c[2] == c[3] for c in calls)
+    assert len({task for c in calls for task in c}) == 4  # every task once an epoch, each as a whole group
+    with pytest.raises(ValueError, match="multiple of num_generations"):
+        GRPOSettings(num_generations=4, batch_size=1, grad_accum=2)
+
+
 def test_each_epochs_task_order_is_drawn_from_the_seed_and_epoch_alone():
     def order(sampler, epoch):
         sampler.set_epoch(epoch)
