@@ -367,8 +367,7 @@ class GRPOSettings(Settings):
     tasks: int = Field(64, ge=1, description="training tasks per held-in environment (seeds after the SFT's)")
     num_generations: int = Field(16, ge=2, description="rollouts per task (GRPO's group)")
     batch_size: int = Field(
-        16, ge=1, description="episodes per forward pass in one process (split as SFT's); x grad_accum, a "
-        "multiple of num_generations"
+        16, ge=1, description="episodes per forward pass in one process (split as SFT's); x grad_accum: whole groups"
     )
     grad_accum: int = Field(16, ge=1)
     learning_rate: float = Field(1e-6, gt=0)
