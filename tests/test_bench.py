@@ -15,7 +15,7 @@ from rich.console import Console
 from coalign.config import load_config
 from coalign.core.console import make_console
 from coalign.core.parallel import Job, latest_line, run_jobs
-from coalign.moat.bench import recipe_config, run_bench
+from coalign.moat.bench import BENCHED, recipe_config, run_bench
 from coalign.moat.report import (
     accuracy_table,
     comparisons,
@@ -24,6 +24,7 @@ from coalign.moat.report import (
     premise_table,
     report_markdown,
 )
+from coalign.pilotrl.bench import variant_weight
 from coalign.reports.stats import fmt, t_bars, t_critical, t_two_sided_p
 from tests.jobs import boom, echo
 from tests.test_moat import MOAT
@@ -294,6 +295,23 @@ def test_parallel_jobs_print_one_line_per_start_and_finish_when_not_a_terminal(t
     for i in range(3):
         assert f"test (2 processes): j{i} started (log: {tmp_path / f'j{i}.log'})" in lines  # one line, not wrapped
         assert any(line.startswith(f"test (2 processes): j{i} finished after") for line in lines)
+
+
+def test_side_by_side_the_heaviest_waiting_job_starts_first_and_results_keep_their_order(tmp_path):
+    out = io.StringIO()
+    weights = [1.0, 1.0, 3.0, 2.0]
+    jobs = [Job(f"j{i}", echo, (f"x{i}",), tmp_path / f"j{i}.log", w) for i, w in enumerate(weights)]
+    assert run_jobs(jobs, workers=2, desc="w", console=make_console(file=out, width=60)) == ["X0", "X1", "X2", "X3"]
+    started = [line.split(": ")[1].split()[0] for line in out.getvalue().splitlines() if " started " in line]
+    assert started == ["j2", "j3", "j0", "j1"]  # ties keep their order
+
+
+def test_the_benches_weigh_the_longer_recipes_heavier():
+    """MOAT's round does more than the matched baseline's; PilotRL's three GRPO stages more than Vanilla RL's
+    one, and an AdaPlan SFT run (longer episodes) more than a ReAct one: the longer start first."""
+    assert BENCHED["moat"].weight > BENCHED["lumos"].weight
+    assert variant_weight("pilotrl") > variant_weight("vanilla_rl")
+    assert variant_weight("adaplan") > variant_weight("react")
 
 
 def test_the_live_table_shows_a_log_s_latest_progress_line(tmp_path):

@@ -37,12 +37,15 @@ PARENT_CHECK_S = 1.0  # how often a worker checks that the process that started 
 
 @dataclass(frozen=True)
 class Job:
-    """A picklable call (a module-level function and its arguments) with a log file for its output."""
+    """A picklable call (a module-level function and its arguments) with a log file for its output.
+    `weight`: its expected length relative to the others; side by side the heaviest waiting job starts first,
+    so the last to start is a short one and no long job runs on alone at the end."""
 
     name: str
     fn: Callable[..., Any]
     args: tuple = ()
     log: Path | None = None
+    weight: float = 1.0
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -156,7 +159,7 @@ def latest_line(log: Path | None, tail: int = 4096) -> str:
 
 def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | None = None) -> list[Any]:
     """Results of `jobs` in order; with `workers` > 1 they run in that many processes, cores split evenly,
-    a job starting when one finishes, shown on `console` (`JobBoard`).
+    a job starting when one finishes (the heaviest first), shown on `console` (`JobBoard`).
 
     A failing job raises in the parent with its log's path in the message.
     """
@@ -167,7 +170,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
         return [job.fn(*job.args) for job in jobs]
     threads = max(1, (os.cpu_count() or 1) // workers)
     results: list[Any] = [None] * len(jobs)
-    waiting, running = list(range(len(jobs))), {}
+    waiting, running = sorted(range(len(jobs)), key=lambda i: -jobs[i].weight), {}  # stable: ties in order
     context = multiprocessing.get_context("spawn")
     with (
         ProcessPoolExecutor(

@@ -63,6 +63,13 @@ def cold_start_variant(variant: str) -> str | None:
     return None if overrides["rl"] is None else overrides["mode"]
 
 
+def variant_weight(variant: str) -> float:
+    """A job's expected length relative to the others', so the longest start first (`Job.weight`): an AdaPlan
+    episode is about twice a ReAct one, and each GRPO stage rolls out and trains anew."""
+    overrides = _variant(variant)
+    return (2.0 if overrides["mode"] == "adaplan" else 1.0) * len((overrides["rl"] or {}).get("order", [None]))
+
+
 def _run(config: RunConfig, run_dir: Path, force: bool, start: str | None = None) -> dict:
     return run_pilotrl(config, run_dir, Console(), force, start)
 
@@ -90,8 +97,8 @@ def run_pilotrl_bench(
             run_dir = root / f"seed{seed}" / variant
             sft = cold_start_variant(variant)
             start = str(root / f"seed{seed}" / sft / "checkpoints" / "sft") if sft else None
-            jobs.append(Job(f"{variant} seed {seed}", _run, (variant_config(config, variant, seed), run_dir, force,
-                                                             start), run_dir / "log.txt"))  # fmt: skip
+            args = (variant_config(config, variant, seed), run_dir, force, start)
+            jobs.append(Job(f"{variant} seed {seed}", _run, args, run_dir / "log.txt", variant_weight(variant)))
         for (variant, seed), metrics in zip(pairs, run_jobs(jobs, workers, desc), strict=True):
             runs.setdefault(variant, {})[str(seed)] = metrics
     results = {
