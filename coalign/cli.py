@@ -235,7 +235,7 @@ DEMO_SETTINGS = [
 ]  # fmt: skip
 # `coalign bench smol` trains on 128 GSM8K problems, runs its MOAT round on 32 and evaluates on 50 + 50: about an
 # hour a seed on 2 cores (docs/log/2026-12-06-smollm2.md). The demo trains on a quarter and evaluates on 20 + 20,
-# sized by those stage times for about 20 minutes, inside the 30 its issue allows.
+# 23 minutes on 2 cores with native bf16 (timed 2026-12-06), inside the 30 its issue allows.
 SMOL_DEMO_SETTINGS = [
     'data.train=[{kind: gsm8k, path: "shipped:gsm8k/train.jsonl", subgoals: deferred, n: 32}]',
     'data.heldin=[{kind: gsm8k, path: "shipped:gsm8k/test_socratic.jsonl", n: 20}]',
