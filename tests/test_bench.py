@@ -307,11 +307,13 @@ def test_side_by_side_the_heaviest_waiting_job_starts_first_and_results_keep_the
 
 
 def test_the_benches_weigh_the_longer_recipes_heavier():
-    """MOAT's round does more than the matched baseline's; PilotRL's three GRPO stages more than Vanilla RL's
-    one, and an AdaPlan SFT run (longer episodes) more than a ReAct one: the longer start first."""
+    """MOAT's round does more than the matched baseline's; an AdaPlan episode is longer than a ReAct one, so
+    PilotRL's 4 GRPO epochs weigh more than Vanilla RL's 4, and an AdaPlan SFT run more than a ReAct one; a GRPO
+    run more than the SFT run it starts from: the longer start first."""
     assert BENCHED["moat"].weight > BENCHED["lumos"].weight
-    assert variant_weight("pilotrl") > variant_weight("vanilla_rl")
-    assert variant_weight("adaplan") > variant_weight("react")
+    assert variant_weight("pilotrl") > variant_weight("vanilla_rl") > variant_weight("react")
+    assert variant_weight("pilotrl") > variant_weight("adaplan") > variant_weight("react")
+    assert variant_weight("isolated") > variant_weight("order_12")  # its executor stage's own 2 epochs
 
 
 def test_the_live_table_shows_a_log_s_latest_progress_line(tmp_path):
