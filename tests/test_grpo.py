@@ -254,7 +254,7 @@ def test_the_bench_runs_grpo_variants_from_their_seeds_sft_run(tmp_path):
     ]
     report = (tmp_path / "report.md").read_text()
     assert "PilotRL 1->2->3 − SFT (AdaPlan)" in report
-    assert (tmp_path / "curves.png").stat().st_size > 0
+    assert "`curves.png` beside this report" in report and (tmp_path / "curves.png").stat().st_size > 0
 
 
 def test_isolated_planner_and_executor_train_two_models_and_run_together(tmp_path):

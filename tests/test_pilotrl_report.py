@@ -53,6 +53,12 @@ def test_report_holds_all_tables():
     assert "needs |t| above 12.71 from 2 seeds." in text  # the two seeds' t values have one degree of freedom
 
 
+def test_report_names_the_curves_file_it_is_given():
+    """A bench with --name draws `<name>-curves.png`; a merge of results files draws none."""
+    assert "curves" not in report_markdown(RESULTS)
+    assert "`seed0-curves.png` beside this report" in report_markdown(RESULTS, "seed0-curves.png")
+
+
 def test_t_bar_counts_the_seeds_each_pair_shares():
     three = {
         **RESULTS,

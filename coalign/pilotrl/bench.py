@@ -112,7 +112,8 @@ def run_pilotrl_bench(
     }
     prefix = f"{name}-" if name else ""
     write_json(root / f"{prefix}results.json", results)
-    write_report(results, root, prefix)
-    if rl:
-        plot_curves(bench_curves(root, seeds, rl), root / f"{prefix}curves.png")
+    curves = f"{prefix}curves.png" if rl else ""
+    write_report(results, root, prefix, curves)
+    if curves:
+        plot_curves(bench_curves(root, seeds, rl), root / curves)
     return results

@@ -148,7 +148,8 @@ def plot_curves(curves: dict[str, list[dict]], path: str | Path) -> Path:
         color = colors[i % len(colors)]
         label = f"{variant} ({'->'.join(s['label'] for s in stages)})" if stages else variant
         for ax, (key, _) in zip(axes, PANELS):
-            ax.plot(*_series(stages, key), color=color, label=label)
+            # markers: a stage of one logged step is a single point, which a line alone does not draw
+            ax.plot(*_series(stages, key), color=color, label=label, marker="o", markersize=3)
             for boundary in sorted({s["end"] for s in stages[:-1]}):
                 ax.axvline(boundary, color=color, linestyle=":", linewidth=1)
     for ax, (_, title) in zip(axes, PANELS):

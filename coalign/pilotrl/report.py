@@ -136,7 +136,7 @@ def run_markdown(metrics: dict) -> str:
     return report_markdown(results)
 
 
-def report_markdown(results: dict) -> str:
+def report_markdown(results: dict, curves: str = "") -> str:
     seeds = ", ".join(map(str, results["seeds"]))
     parts = [
         f"# PilotRL bench, seeds {seeds}",
@@ -165,9 +165,9 @@ def report_markdown(results: dict) -> str:
                   for split in ("heldin", "heldout")]  # fmt: skip
         parts += [bars] if (bars := t_bars(counts)) else []
     parts += ["Generated tokens and steps per task (Table 9):", cost_table(results)]
-    if any(run.get("rl_order") for runs in results["runs"].values() for seed in runs.values() for run in seed.values()):
+    if curves:
         parts += ["GRPO reward curves per stage (executor adherence, planner plan quality, end-to-end; Figure 3): "
-                  "`curves.png` beside this report."]  # fmt: skip
+                  f"`{curves}` beside this report."]  # fmt: skip
     if "adaplan" in results["runs"]:
         parts += [
             "AdaPlan, plan rewritten every k steps (Table 10): success (%) / steps per task in each environment, "
@@ -184,6 +184,7 @@ def report_markdown(results: dict) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def write_report(results: dict, root: str | Path, prefix: str = "") -> None:
-    """`<prefix>report.md` under `root` (its curves are drawn from the run folders, by the bench)."""
-    atomic_write_text(Path(root) / f"{prefix}report.md", report_markdown(results) + "\n")
+def write_report(results: dict, root: str | Path, prefix: str = "", curves: str = "") -> None:
+    """`<prefix>report.md` under `root`; `curves` names the plot beside it, which the bench draws from the run
+    folders (a merge of results files has none)."""
+    atomic_write_text(Path(root) / f"{prefix}report.md", report_markdown(results, curves) + "\n")
