@@ -416,6 +416,10 @@ class GRPOSettings(Settings):
             )
         return self
 
+    def stage_epochs(self, name: str) -> float:
+        """A stage's epochs: its own (`STAGES`), unless `epochs` names it."""
+        return self.epochs.get(name, STAGES[name].epochs)
+
 
 class PilotRLSettings(Settings):
     """PilotRL / AdaPlan: one model plans and acts in the bundled text environments.

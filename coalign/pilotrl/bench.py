@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from coalign.config import STAGES, PilotRLSettings, RunConfig
+from coalign.config import GRPOSettings, PilotRLSettings, RunConfig
 from coalign.core.parallel import Job, run_jobs
 from coalign.core.runs import write_json
 from coalign.pilotrl.curves import bench_curves, plot_curves
@@ -67,8 +67,8 @@ def variant_weight(variant: str) -> float:
     """A job's expected length relative to the others', so the longest start first (`Job.weight`): an AdaPlan
     episode is about twice a ReAct one, and each GRPO epoch rolls out and trains anew (an SFT run counts 1)."""
     overrides = _variant(variant)
-    rl = overrides["rl"] or {"order": []}
-    epochs = sum(rl.get("epochs", {}).get(name, STAGES[name].epochs) for name in rl["order"])
+    rl = GRPOSettings(**overrides["rl"]) if overrides["rl"] else None
+    epochs = sum(rl.stage_epochs(name) for name in rl.order) if rl else 0
     return (2.0 if overrides["mode"] == "adaplan" else 1.0) * (1 + epochs)
 
 

@@ -58,7 +58,7 @@ def grpo_config(
     return GRPOConfig(
         **common_args(settings, out, seed),
         reward_weights=reward_weights,
-        num_train_epochs=settings.epochs.get(stage.name, stage.epochs),
+        num_train_epochs=settings.stage_epochs(stage.name),
         num_generations=settings.num_generations,
         temperature=settings.temperature,
         top_p=settings.top_p,
