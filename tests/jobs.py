@@ -19,3 +19,23 @@ def sleep_after_writing_pid(path: Path) -> None:
     """A long job that says which process runs it."""
     path.write_text(str(os.getpid()))
     time.sleep(300)
+
+
+def devices_beside_another(folder: Path, name: str) -> str:
+    """This process's CUDA_VISIBLE_DEVICES, returned once a second job has started beside this one (each writes
+    its name into `folder`), so two such jobs surely ran in two processes at once."""
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    (folder / name).write_text(devices)
+    deadline = time.monotonic() + 120
+    while len(list(folder.iterdir())) < 2:
+        if time.monotonic() > deadline:
+            raise TimeoutError("no second job ran beside this one")
+        time.sleep(0.05)
+    return devices
+
+
+def rank_and_size(folder: Path) -> tuple[str, str]:
+    """(RANK, WORLD_SIZE) of the process that runs this job, each such process leaving its rank in `folder`."""
+    rank, size = os.environ.get("RANK", "none"), os.environ.get("WORLD_SIZE", "none")
+    (folder / f"rank{rank}-of-{size}").write_text(str(os.getpid()))
+    return rank, size

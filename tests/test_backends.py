@@ -121,10 +121,16 @@ class FakeLLM:
         FakeLLM.made.append(kwargs)
 
     def generate(self, prompts, params, use_tqdm=True):
+        """vLLM's contract with one SamplingParams per prompt: candidate i of a request sampled from its seed + i."""
         FakeLLM.calls.append((prompts, params, use_tqdm))
-        n = params.kwargs["n"] if FakeLLM.n_out is None else FakeLLM.n_out
-        out = lambda i, p: types.SimpleNamespace(index=i, text=f" {len(p)}:{i}\n")  # noqa: E731
-        return [types.SimpleNamespace(outputs=[out(i, p) for i in reversed(range(n))]) for p in prompts]
+        assert len(params) == len(prompts)
+
+        def outputs(p, kwargs):
+            n = kwargs["n"] if FakeLLM.n_out is None else FakeLLM.n_out
+            seeds = [None if kwargs["seed"] is None else kwargs["seed"] + i for i in range(n)]
+            return [types.SimpleNamespace(index=i, text=f" {len(p)}:{i}:{seeds[i]}\n") for i in reversed(range(n))]
+
+        return [types.SimpleNamespace(outputs=outputs(p, sp.kwargs)) for p, sp in zip(prompts, params)]
 
 
 class FakeSamplingParams:
@@ -152,6 +158,22 @@ def test_vllm_missing_is_a_clear_error_before_any_work(tiny, monkeypatch, tmp_pa
     assert result.exit_code == 2 and "needs vLLM" in result.output and not (tmp_path / "run").exists()
 
 
+def test_pilotrl_rollouts_on_vllm_without_it_stop_the_run_before_its_folder(tmp_path, monkeypatch):
+    """Found before the run starts, not when its GRPO stages start after the SFT."""
+    import importlib.util
+
+    from rich.console import Console
+
+    from coalign.training.setup import prepare_run
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "vllm" else real_find_spec(name))
+    config = load_config("tiny-pilotrl", {"pilotrl": {"rl": {"generation": "vllm_colocate"}}})
+    with pytest.raises(RunError, match=r"^pilotrl\.rl\.generation: vllm_colocate needs vLLM"):
+        prepare_run(config, tmp_path / "run", Console(quiet=True))
+    assert not (tmp_path / "run").exists()
+
+
 def test_vllm_asks_for_k_candidates_in_one_call_with_prefix_caching(tiny, fake_vllm):
     settings = GenerationSettings(backend="vllm", gpu_memory_utilization=0.3)
     agent = Agent.load(str(tiny), generation=settings, role="planner")
@@ -164,14 +186,63 @@ def test_vllm_asks_for_k_candidates_in_one_call_with_prefix_caching(tiny, fake_v
     got = generate(agent, USERS, 9, batch_size=2, num_return_sequences=4, temperature=0.8, top_p=0.9, progress=False)
     ((prompts, params, tqdm),) = FakeLLM.calls
     assert prompts == [render_prompt(agent.tokenizer, u) for u in USERS] and tqdm is False  # one call, all prompts
-    seed = params.kwargs.pop("seed")
-    eos = agent.tokenizer.eos_token_id
-    assert params.kwargs == dict(n=4, max_tokens=9, temperature=0.8, top_p=0.9, stop_token_ids=[eos])
-    assert got == [[f"{len(p)}:{i}" for i in range(4)] for p in prompts]  # by index, stripped
     torch.manual_seed(3)
-    assert agent.backend.sampling_params(9, 4, 0.8, 0.9).kwargs["seed"] == seed  # the stage's seed fixes it
-    greedy = agent.backend.sampling_params(9, 1, 0.0, 0.9).kwargs
+    seed = int(torch.randint(2**31 - 1, ()))  # the stage's seed fixes it
+    assert [p.kwargs.pop("seed") for p in params] == [seed + 4 * i for i in range(len(USERS))]  # no overlap
+    eos = agent.tokenizer.eos_token_id
+    assert all(p.kwargs == dict(n=4, max_tokens=9, temperature=0.8, top_p=0.9, stop_token_ids=[eos]) for p in params)
+    assert got == [[f"{len(p)}:{i}:{seed + 4 * j + i}" for i in range(4)] for j, p in enumerate(prompts)]  # by index
+    greedy = agent.backend.sampling_params(9, 1, 0.0, 0.9, seed).kwargs
     assert (greedy["temperature"], greedy["top_p"], greedy["seed"]) == (0.0, 1.0, None)
+
+
+def test_vllm_under_a_launcher_puts_one_engine_on_each_rank_s_gpu(tiny, fake_vllm, monkeypatch):
+    """Under torchrun every rank builds an engine: vLLM's external launcher gives each its own GPU (LOCAL_RANK's)
+    instead of all on cuda:0, with the same engine seed on every rank."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    VLLMBackend(str(tiny), load_tokenizer(tiny), False, 0.3)
+    assert FakeLLM.made == [
+        dict(model=str(tiny), tokenizer=str(tiny), trust_remote_code=False, enable_prefix_caching=True,
+             gpu_memory_utilization=0.3, distributed_executor_backend="external_launcher", seed=0)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_vllm_under_a_launcher_generates_its_share_and_gives_back_one_process_s_answers(
+    tiny, fake_vllm, monkeypatch, temperature
+):
+    """Rank 1 of 2 generates only the second half of the prompts, each with the seed one process gives it, and
+    returns every prompt's completions (rank 0's half gathered), as one process would."""
+    from coalign.core import ranks
+
+    tok = load_tokenizer(tiny)
+    prompts = [render_prompt(tok, u) for u in USERS]
+    torch.manual_seed(5)
+    alone = VLLMBackend(str(tiny), tok, False, 0.3).complete(prompts, 9, 3, temperature, 0.9)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+
+    class Group:  # rank 0 computed the first three prompts, as one process did
+        def all_gather_object(self, parts, local):
+            parts[:] = [alone[:3], local]
+
+    monkeypatch.setattr(ranks, "_group", lambda: Group())
+    FakeLLM.calls = []
+    done = []
+    torch.manual_seed(5)
+    shared = VLLMBackend(str(tiny), tok, False, 0.3).complete(prompts, 9, 3, temperature, 0.9, done.append)
+    ((asked, params, _),) = FakeLLM.calls
+    assert asked == prompts[3:] and done == [2]
+    seeds = [p.kwargs["seed"] for p in params]
+    assert seeds == ([None, None] if temperature == 0 else [alone_seed(5) + 3 * i for i in (3, 4)])
+    assert shared == alone
+
+
+def alone_seed(stage_seed: int) -> int:
+    """The seed a sampling call draws after the stage's `torch.manual_seed`."""
+    torch.manual_seed(stage_seed)
+    return int(torch.randint(2**31 - 1, ()))
 
 
 def test_vllm_short_of_n_outputs_is_an_error(tiny, fake_vllm):
@@ -393,3 +464,39 @@ def test_coalign_eval_generates_on_the_servers(tiny, server, tmp_path):
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert files and not any(KEY.encode() in p.read_bytes() for p in files) and KEY not in result.output
     assert metrics["grounding_ppl"] > 1  # scored by the local grounder: a server gives no likelihoods
+
+
+def test_an_eval_that_fails_before_any_result_leaves_no_folder(tiny, tmp_path):
+    """Servers that are not up: each try fails, and none leaves an eval-<time>/ folder (nor the run folder it
+    would have been made in) behind."""
+    down = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    generation = {"backend": "openai", "planner": down, "grounder": down, "max_retries": 0, "timeout_s": 5}
+    config = load_config("tiny", {**TINY, "generation": generation})
+    run_dir = tmp_path / "runs" / "run"
+    args = ["eval", _yaml(tmp_path, config), "--run-dir", str(run_dir), "--planner", str(tiny), "--grounder", str(tiny)]
+    for _ in range(2):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and "127.0.0.1:9" in result.output, result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_eval_of_a_finished_run_with_a_generation_block_needs_no_force(tiny, tmp_path):
+    """The generation backend is how an evaluation writes its text, not what the run trained: the run's saved
+    config is left as training wrote it, and no --force is needed."""
+    from coalign.core.runs import Run
+    from coalign.training.setup import record_config
+
+    trained = load_config("tiny", {**TINY, "data": {**TINY["data"], "heldout": []}})
+    run_dir = tmp_path / "run"
+    for agent in ("planner", "grounder"):
+        shutil.copytree(tiny, run_dir / "checkpoints" / f"{agent}_sft")
+    run = Run(run_dir)
+    record_config(run, trained)
+    run.mark_done("planner_sft", [run_dir / "checkpoints" / "planner_sft"])
+    saved = (run_dir / "config.yaml").read_bytes()
+    args = ["eval", _yaml(tmp_path, trained), "--run-dir", str(run_dir), "--set", "generation.backend=hf"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (run_dir / "config.yaml").read_bytes() == saved and not (run_dir / "config.history").exists()
+    assert json.loads((run_dir / "eval" / "metrics.json").read_text())["heldin"]["sets"]
+    assert json.loads((run_dir / "stages" / "eval.json").read_text())["settings"]["generation"]["backend"] == "hf"

@@ -69,6 +69,47 @@ def test_a_bad_set_is_a_usage_error_naming_it(tmp_path, sets, message):
     assert not (tmp_path / "run").exists()
 
 
+def test_an_error_in_a_set_value_names_the_set_and_a_file_value_its_line(tmp_path):
+    config = tmp_path / "mini.yaml"
+    config.write_text("name: mini\nlora: {r: 4}\ndata:\n  train: [{kind: suite, split: train, n: 4}]\n")
+    args = ["train", str(config), "--run-dir", str(tmp_path / "run")]
+    result = runner.invoke(app, [*args, "--set", "lora.r=0", "--set", "seed=3"])
+    assert result.exit_code == 2 and "--set lora.r=0: field 'lora.r': Input should be greater" in result.output
+    assert "mini.yaml, line" not in result.output
+    result = runner.invoke(app, [*args, "--set", "lora={r: 0}"])  # a mapping given whole: its fields are the set's
+    assert "--set lora={r: 0}: field 'lora.r'" in result.output
+    config.write_text(config.read_text().replace("r: 4", "r: 0"))
+    result = runner.invoke(app, [*args, "--set", "lora.alpha=8"])  # another field of the block set: the file's r
+    assert f"{config}, line 2: field 'lora.r'" in result.output and "--set" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_conflict_between_sets_names_those_that_make_it():
+    from coalign.cli import _overrides
+    from coalign.config import ConfigError
+    from coalign.registry import load_config
+
+    sets = ["seed=3", "generation.backend=vllm", "lora.merge=false"]
+    with pytest.raises(ConfigError) as err:
+        load_config("tiny", _overrides(sets))
+    assert "\n  --set generation.backend=vllm, --set lora.merge=false: field '(top level)': " in str(err.value)
+    with pytest.raises(ConfigError, match=r"--set moat.k=1: field 'moat': .*k must be >= 2"):
+        load_config("tiny", _overrides(["moat.k=1"]))
+
+
+def test_a_start_with_a_missing_data_file_leaves_no_run_folder(tmp_path):
+    """Found before anything is written, naming the config key: a retry is a new start, not a changed config."""
+    config = tmp_path / "paper.yaml"
+    missing = tmp_path / "data" / "plan.jsonl"
+    source = f"{{kind: lumos, path: {missing}, grounder_path: {missing}}}"
+    config.write_text(f"name: p\ndata:\n  train: [{{kind: suite, split: train, n: 4}}]\n  heldout: [{source}]\n")
+    result = runner.invoke(app, ["train", str(config), "--run-dir", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert f"data.heldout[0].path: {missing}: no such file or folder" in result.output.replace("\n", "")
+    assert "coalign data fetch lumos" in result.output.replace("\n", "")
+    assert not (tmp_path / "run").exists()
+
+
 def test_check_gold_reports_a_malformed_line(tmp_path):
     bad = tmp_path / "gsm8k.jsonl"
     bad.write_text('{"question": "q", "answer": "#### 3"}\n{"question": 5, "answer": "#### 3"}\n')

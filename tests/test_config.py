@@ -119,6 +119,7 @@ def test_resume_with_a_changed_config_is_refused_unless_forced(tmp_path):
     run = Run(tmp_path)
     first = load_config("tiny")
     record_config(run, first)
+    run.mark_done("planner_sft", [])  # made under the first config
     changed = load_config("tiny", {"seed": 3, "moat": {"k": 8}})
     with pytest.raises(SystemExit) as refused:
         record_config(run, changed)
@@ -132,6 +133,21 @@ def test_resume_with_a_changed_config_is_refused_unless_forced(tmp_path):
     assert kept.endswith(config_to_yaml(first))
     record_config(run, first, force=True)
     assert sorted(p.name for p in (tmp_path / "config.history").iterdir()) == ["001.yaml", "002.yaml"]
+
+
+def test_a_folder_with_no_finished_stage_takes_a_changed_config(tmp_path):
+    """A start that failed after saving its config (a bad data row found at loading) is retried with the config
+    fixed, without --force: nothing in the folder was made under the old one."""
+    from coalign.config import config_to_yaml
+    from coalign.core.runs import Run
+    from coalign.training.setup import record_config
+
+    run = Run(tmp_path)
+    record_config(run, load_config("tiny"))
+    fixed = load_config("tiny", {"data": {"skip_bad_rows": True}})
+    record_config(run, fixed)
+    assert (tmp_path / "config.yaml").read_text() == config_to_yaml(fixed)
+    assert not (tmp_path / "config.history").exists()
 
 
 def test_empty_training_set_is_refused(tmp_path):

@@ -336,3 +336,31 @@ def test_vllm_generation_is_configured_for_trl_and_refused_without_vllm(tmp_path
     assert args.use_vllm and args.vllm_mode == "server" and args.vllm_server_base_url == "http://127.0.0.1:8000"
     assert args.max_completion_length == 48  # vLLM's per-call budget: one turn
     assert not args.vllm_importance_sampling_correction  # the rollout returns no sampling log-probs to correct by
+
+
+def test_a_vllm_engine_is_sized_to_the_episodes_context_budget(init, tmp_path, monkeypatch):
+    """A stage's vLLM engine holds sequences of the rollouts' `max_context` (a turn is written only where its context
+    and its tokens fit in it), not the model's own limit (131,072 for Llama-3.1, which a colocated engine's share of
+    the GPU cannot hold)."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "vllm" else real_find_spec(name))
+    made = []
+
+    class Built(Exception):
+        """Stops the stage once its arguments are built: a trainer with use_vllm needs vLLM itself."""
+
+    def record(*args, **kwargs):
+        made.append(grpo_config(*args, **kwargs))
+        raise Built
+
+    monkeypatch.setattr(grpo_module, "grpo_config", record)
+    stage = STAGES["executor"]
+    for generation in ("vllm_colocate", "vllm_server"):
+        settings = GRPOSettings(**RL, generation=generation, vllm_server_url="http://127.0.0.1:8000")
+        with pytest.raises(Built):
+            grpo_stage(init, tmp_path / generation, prompt_rows([("toy", 0)], "adaplan"), stage, settings, _spec(stage))
+    assert [(c.vllm_mode, c.vllm_max_model_length, c.max_completion_length) for c in made] == [
+        ("colocate", 400, 12), ("server", 400, 12)
+    ]  # fmt: skip

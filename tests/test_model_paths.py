@@ -167,6 +167,17 @@ def test_online_a_hub_id_costs_one_request_and_a_failure_is_one_line(no_network,
     assert len(hub.calls) == 3
 
 
+@pytest.mark.parametrize(("config", "key"), [("tiny", "models.grounder"), ("tiny-pilotrl", "pilotrl.model")])
+def test_train_asks_the_hub_for_its_models_before_making_any_run_folder(no_network, hub, tmp_path, config, key):
+    hub.reply = RepositoryNotFoundError(
+        "404 Client Error", response=httpx2.Response(404, request=httpx2.Request("HEAD", "u"))
+    )
+    args = ["train", config, "--run-dir", str(tmp_path / "run"), "--set", f"{key}=org/typo"]
+    line = _one_error_line(runner.invoke(app, args))
+    assert line.startswith("error: org/typo: ") and "the hub has no such model" in line
+    assert len(hub.calls) == 1 and not (tmp_path / "run").exists()
+
+
 def test_eval_reports_an_unreachable_hub_in_one_line_before_making_anything(no_network, hub, tmp_path):
     hub.reply = httpx2.ConnectError("[Errno -2] Name or service not known")
     args = ["eval", "tiny", "--run-dir", str(tmp_path / "run"), "--planner", "org/model", "--grounder", "org/model"]

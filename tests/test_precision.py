@@ -5,12 +5,15 @@ always simulated here, so these tests pass on any machine, with or without those
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
 from rich.console import Console
 
 from coalign.config import (
+    BUNDLED,
+    STAGES,
     TRAINING_STAGES,
     ConfigError,
     DPOSettings,
@@ -22,9 +25,12 @@ from coalign.config import (
 )
 from coalign.core import machine
 from coalign.core.errors import RunError
-from coalign.core.machine import cpu_bf16_flags, decide_bf16, precision_record
-from coalign.training.common import common_args, trainer_args
+from coalign.core.machine import LAUNCHER_PRECISION, cpu_bf16_flags, decide_bf16, precision_record
+from coalign.models.bases import base_path
+from coalign.training.common import common_args, trainer_args, trl_config
+from coalign.training.grpo import grpo_config
 from coalign.training.setup import decide_precision, inference_bf16, prepare_run
+from coalign.training.sft import LogitsLossSFTTrainer, sft
 
 DATA = {"train": [{"kind": "suite", "split": "train", "n": 10}]}
 ALL_STAGES = (*TRAINING_STAGES, "pilotrl.sft")
@@ -47,6 +53,7 @@ def cpu(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
         monkeypatch.setattr(machine, "cpu_bf16_flags", lambda cpuinfo=None: ["avx512_bf16"] if native else [])
         monkeypatch.delenv("WORLD_SIZE", raising=False)
+        monkeypatch.delenv(LAUNCHER_PRECISION, raising=False)
 
     return simulate
 
@@ -213,7 +220,7 @@ def test_auto_on_a_native_cpu_trains_in_bf16_on_the_cpu(cpu, tmp_path):
     cpu(True)
     args = common_args(SFTSettings(bf16="auto"), tmp_path, seed=3)
     assert args["bf16"] is True and args["use_cpu"] is True
-    assert args["gradient_checkpointing"] is False and args["dataloader_pin_memory"] is False
+    assert args["activation_checkpointing"] is False and args["dataloader_pin_memory"] is False
     # transformers refuses bf16 without a GPU unless use_cpu is set ("Your setup doesn't support bf16/gpu")
     sft = SFTConfig(**trainer_args(SFTSettings(bf16="auto"), tmp_path, seed=3))
     assert sft.bf16 and sft.use_cpu and not sft.gradient_checkpointing
@@ -252,8 +259,8 @@ def test_gradient_checkpointing_passes_through(cpu, tmp_path):
     from trl import SFTConfig
 
     cpu(False)
-    assert common_args(SFTSettings(), tmp_path, 0)["gradient_checkpointing"] is False
-    assert common_args(GRPOSettings(gradient_checkpointing=True), tmp_path, 0)["gradient_checkpointing"] is True
+    assert common_args(SFTSettings(), tmp_path, 0)["activation_checkpointing"] is False
+    assert common_args(GRPOSettings(gradient_checkpointing=True), tmp_path, 0)["activation_checkpointing"] is True
     on = SFTConfig(**trainer_args(SFTSettings(gradient_checkpointing=True), tmp_path, 0))
     assert on.gradient_checkpointing
 
@@ -262,6 +269,66 @@ def test_a_gpu_trains_without_use_cpu(gpu, tmp_path):
     gpu(True)
     args = common_args(SFTSettings(bf16="auto"), tmp_path, seed=0)
     assert args["bf16"] is True and "use_cpu" not in args and args["dataloader_pin_memory"] is True
+
+
+# the launcher: `accelerate launch` exports its config's mixed_precision, which must not decide a stage's precision
+
+
+@pytest.mark.parametrize("launched", [None, "bf16", "fp16", "no"])
+def test_trainer_configs_hold_the_stages_precision_whatever_the_launcher_says(cpu, monkeypatch, tmp_path, launched):
+    from trl import DPOConfig, SFTConfig
+
+    cpu(True)
+    if launched:
+        monkeypatch.setenv(LAUNCHER_PRECISION, launched)
+    for bf16, expected in ((False, "no"), (True, "bf16")):
+        configs = [
+            trl_config(SFTConfig, **trainer_args(SFTSettings(bf16=bf16), tmp_path, 0)),
+            trl_config(DPOConfig, **trainer_args(DPOSettings(bf16=bf16), tmp_path, 0)),
+            grpo_config(GRPOSettings(batch_size=2, num_generations=2, bf16=bf16), STAGES["executor"], tmp_path, 0,
+                        [1.0], 16),
+        ]  # fmt: skip
+        assert [config.mixed_precision for config in configs] == [expected] * 3
+        assert os.environ.get(LAUNCHER_PRECISION) == launched  # the launcher's variable is left as it was
+
+
+SFT_EXAMPLES = [
+    ("What is 12 plus 30?", "R1 = Calculator(12 + 30)"),
+    ("How many legs do 3 spiders have?", "R1 = Calculator(3 * 8)"),
+    ("Tom has 5 apples and eats 2. How many are left?", "R1 = Calculator(5 - 2)"),
+    ("What is 7 times 6?", "R1 = Calculator(7 * 6)"),
+]
+
+
+def trained(monkeypatch, out, bf16: bool) -> tuple[str, list[float]]:
+    """Two SFT steps of coalign-base through coalign's own `sft`: the mixed precision its trainer's Accelerator
+    ran with, and the losses it logged."""
+    seen, train = [], LogitsLossSFTTrainer.train
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.accelerator.mixed_precision)
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(LogitsLossSFTTrainer, "train", spy)
+    settings = SFTSettings(
+        learning_rate=1e-3, epochs=1, batch_size=2, grad_accum=1, max_length=64, logging_steps=1, bf16=bf16
+    )
+    log = json.loads((sft(base_path("coalign-base"), SFT_EXAMPLES, out, settings) / "train_log.json").read_text())
+    return seen[0], log["losses"]
+
+
+def test_the_trainer_runs_at_the_stages_precision_under_either_launcher(cpu, monkeypatch, tmp_path):
+    """Issue 59: under `accelerate launch` with mixed_precision bf16, a stage at `bf16: false` trained in bf16
+    autocast (its losses bf16's) while precision.json said fp32."""
+    cpu(True)  # native bf16 simulated: bf16 autocast runs on any CPU, emulated where it is not native
+    fp32 = trained(monkeypatch, tmp_path / "fp32", bf16=False)
+    monkeypatch.setenv(LAUNCHER_PRECISION, "bf16")
+    under_bf16_launcher = trained(monkeypatch, tmp_path / "held", bf16=False)
+    monkeypatch.setenv(LAUNCHER_PRECISION, "no")
+    bf16 = trained(monkeypatch, tmp_path / "bf16", bf16=True)
+    assert fp32[0] == "no" and len(fp32[1]) == 2
+    assert under_bf16_launcher == fp32  # mixed precision 'no', and the fp32 losses to the bit
+    assert bf16[0] == "bf16" and bf16[1] != fp32[1]  # bf16 moves the losses: the comparison above tells them apart
 
 
 # the run
@@ -288,12 +355,64 @@ def test_prepare_run_on_a_cpu_without_native_bf16(cpu, tmp_path):
     assert record["cpu_bf16_flags"] == []
 
 
-def test_inference_follows_the_run_bf16_only(cpu):
+def test_precision_json_records_what_the_launcher_asked_and_what_overrode_it(cpu, monkeypatch, tmp_path):
     cpu(True)
-    assert inference_bf16(run_config()) is False  # none: generation and scoring in fp32
-    assert inference_bf16(run_config(planner_sft={"bf16": True})) is False
+    monkeypatch.setenv(LAUNCHER_PRECISION, "bf16")
+    config = run_config(planner_sft={"bf16": True}, pilotrl={"sft": {"bf16": "auto"}})
+    run = prepare_run(config, tmp_path / "run", Console(quiet=True))
+    record = json.loads(run.path("precision.json").read_text())
+    assert record["bf16"] == {**{name: False for name in ALL_STAGES}, "planner_sft": True, "pilotrl.sft": True,
+                              "inference": True}  # fmt: skip
+    assert record["launcher"] == {
+        LAUNCHER_PRECISION: "bf16",
+        "overridden": ["grounder_sft", "planner_dpo", "grounder_round_sft", "planner_round_sft"],
+    }
+    monkeypatch.delenv(LAUNCHER_PRECISION)
+    assert "launcher" not in precision_record(decide_precision(config))  # none asked: nothing to record
+
+
+def test_inference_follows_the_run_bf16_where_it_sets_one(cpu):
+    cpu(True)
     assert inference_bf16(run_config(bf16="auto")) is True
     assert inference_bf16(run_config(bf16=False)) is False
+    assert inference_bf16(run_config(bf16=False, planner_sft={"bf16": True})) is False  # the run's, not the stage's
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"planner_sft": {"bf16": True}, "grounder_sft": {"bf16": True}},
+        {"planner_sft": {"bf16": "auto"}, "grounder_sft": {"bf16": "auto"}},
+        {"grounder_round_sft": {"bf16": "auto"}},
+        {"pilotrl": {"sft": {"bf16": True}}},
+    ],
+)
+def test_without_run_bf16_inference_is_bf16_where_a_stage_trains_in_bf16(cpu, fields):
+    """Issue 55: stages in bf16 and no run-level bf16 loaded two 7B agents in fp32 to generate and score."""
+    cpu(True)
+    config = run_config(**fields)
+    assert config.bf16 is None
+    assert inference_bf16(config) is True
+    assert decide_precision(config)["inference"] is True
+
+
+def test_without_run_bf16_inference_is_fp32_where_every_stage_trains_in_fp32(cpu, gpu):
+    cpu(True)
+    assert inference_bf16(run_config()) is False  # on a native-bf16 CPU too: the tiny configs' results stay
+    cpu(False)
+    assert inference_bf16(run_config(planner_sft={"bf16": "auto"})) is False  # auto decided fp32 here
+    gpu(True)
+    assert inference_bf16(run_config(planner_dpo={"bf16": "auto"})) is True
+
+
+def test_shipped_configs_infer_as_their_stages_train(cpu):
+    """On a CPU with native bf16, the tiny configs (every stage fp32, no run-level bf16) still generate and score
+    in fp32, so their published numbers hold; the paper configs (every stage bf16) now do so in bf16."""
+    cpu(True)
+    names = sorted(path.stem for path in BUNDLED.glob("*.yaml"))
+    inference = {name: inference_bf16(load_config(name)) for name in names}
+    assert {name for name in names if name.startswith("tiny")} == {name for name, bf16 in inference.items() if not bf16}
+    assert all(inference[name] for name in names if name.startswith(("paper", "smol")))
 
 
 @pytest.mark.parametrize(

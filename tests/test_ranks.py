@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from safetensors.torch import load_file
 from typer.testing import CliRunner
@@ -20,7 +24,9 @@ from coalign.cli import app
 from coalign.config import config_to_yaml, load_config
 from coalign.core import ranks
 from coalign.core.errors import RunError
+from coalign.core.runs import Run
 from coalign.pilotrl.recipe import run_pilotrl
+from coalign.training.setup import prepare_run
 from tests.test_moat import MOAT
 
 
@@ -85,12 +91,93 @@ def test_one_rank_writes_and_all_wait_for_its_folders(monkeypatch, tmp_path):
     assert len(waits) == 2  # after each folder, on either rank: a rank reading it next finds it whole
 
 
-def test_a_batch_is_split_over_processes_and_kept_per_step(monkeypatch):
+@pytest.mark.parametrize(
+    "size,batch,accum,split",
+    [
+        (2, 8, 4, (8, 2)),  # the config's batch kept, the accumulation shared
+        (2, 8, 1, (4, 1)),
+        (32, 4, 8, (1, 1)),  # DPO's paper batch on 32 processes: one example each
+        (32, 16, 16, (8, 1)),  # GRPO's paper batch: 256 examples, 8 a process
+        (4, 2, 2, (1, 1)),
+        (3, 4, 3, (4, 1)),
+        (2, 6, 3, (3, 3)),  # 9 a process: the largest batch up to 6 that divides 9
+        (1, 3, 1, (3, 1)),
+    ],
+)
+def test_a_batch_is_split_over_processes_and_kept_per_step(monkeypatch, size, batch, accum, split):
+    as_rank(monkeypatch, 0, size)
+    assert ranks.batch_split(batch, accum, "planner_dpo") == split
+    assert split[0] * split[1] * size == batch * accum
+
+
+def test_a_batch_the_processes_cannot_share_is_refused_naming_its_keys_and_fixes(monkeypatch):
     as_rank(monkeypatch, 0, 2)
-    assert ranks.batch_split(8, 4, "sft") == (8, 2)  # accumulation first
-    assert ranks.batch_split(8, 1, "sft") == (4, 1)
-    with pytest.raises(RunError, match="batch_size 3 x grad_accum 1 cannot be split over 2 processes"):
-        ranks.batch_split(3, 1, "sft")
+    with pytest.raises(RunError) as refused:
+        ranks.batch_split(3, 1, "planner_dpo")
+    assert str(refused.value) == (
+        "planner_dpo.batch_size 3 x planner_dpo.grad_accum 1 = 3 examples per optimizer step cannot be shared by 2 "
+        "processes; to keep it, launch 1 or 3 processes (a number that divides 3), or set planner_dpo.batch_size x "
+        "planner_dpo.grad_accum to 2 or 4"
+    )
+    as_rank(monkeypatch, 0, 3)
+    with pytest.raises(RunError, match=r"launch 2 or 4 processes .* to 240 or 288$"):  # multiples of 3 and 16
+        ranks.batch_split(16, 16, "pilotrl.rl", group=16)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 64), st.integers(1, 64), st.integers(1, 64))
+def test_a_split_keeps_the_examples_per_step_with_no_larger_batch(size, batch, accum):
+    with mock.patch.dict(os.environ, {"WORLD_SIZE": str(size), "RANK": "0"}):
+        if batch * accum % size:
+            with pytest.raises(RunError, match=f"cannot be shared by {size} processes"):
+                ranks.batch_split(batch, accum, "sft")
+            return
+        per, steps = ranks.batch_split(batch, accum, "sft")
+    assert per * steps * size == batch * accum and 1 <= per <= batch
+    assert not any(batch * accum // size % b == 0 for b in range(per + 1, batch + 1))  # the largest such batch
+
+
+@pytest.mark.parametrize(
+    ("recipe", "fields", "size", "refused"),
+    [
+        ("moat", {"planner_dpo": {"batch_size": 3, "grad_accum": 1}}, 2, "planner_dpo.batch_size 3 x planner_dpo."),
+        ("moat", {"grounder_round_sft": {"batch_size": 5, "grad_accum": 5}}, 2, "grounder_round_sft.batch_size 5"),
+        ("lumos", {"planner_sft": {"batch_size": 8, "grad_accum": 16}}, 3, "planner_sft.batch_size 8"),
+        ("pilotrl", {"pilotrl": {"rl": {"batch_size": 3, "grad_accum": 2, "num_generations": 2}}}, 4,
+         "pilotrl.rl.batch_size 3 x pilotrl.rl.grad_accum 2 = 6"),
+    ],
+)  # fmt: skip
+def test_a_batch_a_stage_cannot_split_stops_the_run_first(monkeypatch, tmp_path, recipe, fields, size, refused):
+    """Every stage the recipe trains is checked for the launch's processes before any work, not when it starts."""
+    as_rank(monkeypatch, 0, size)
+    config = load_config("tiny-pilotrl" if recipe == "pilotrl" else "tiny", {"recipe": recipe, **fields})
+    with pytest.raises(RunError, match=rf"^{re.escape(refused)}.* cannot be shared by {size} processes"):
+        prepare_run(config, tmp_path / "run", Console(quiet=True))
+    assert not (tmp_path / "run").exists()
+
+
+def test_only_the_stages_a_recipe_trains_are_checked(monkeypatch, tmp_path):
+    as_rank(monkeypatch, 0, 2)
+    monkeypatch.setattr(Run, "check_shared", lambda self: None)  # one process plays rank 0: no group to ask
+    odd = {"planner_dpo": {"batch_size": 3, "grad_accum": 1}, "grounder_round_sft": {"batch_size": 1, "grad_accum": 1}}
+    prepare_run(load_config("tiny", {"recipe": "lumos", **odd}), tmp_path / "lumos", Console(quiet=True))
+    moat = load_config("tiny", {"recipe": "moat", "moat": {"stage1": False, "stage2": False}, **odd})
+    prepare_run(moat, tmp_path / "moat", Console(quiet=True))
+    evaluation = load_config("tiny", {"recipe": "moat", **odd})
+    prepare_run(evaluation, tmp_path / "eval", Console(quiet=True), trains=False)  # evaluating trains nothing
+
+
+def test_a_stage_names_its_config_key_when_its_batch_cannot_split(monkeypatch, tmp_path):
+    from coalign.config import STAGES, DPOSettings, GRPOSettings
+    from coalign.training.common import common_args
+    from coalign.training.grpo import grpo_config
+
+    as_rank(monkeypatch, 0, 4)
+    with pytest.raises(RunError, match=r"^planner_dpo\.batch_size 3 x planner_dpo\.grad_accum 1 = 3 examples"):
+        common_args(DPOSettings(batch_size=3, grad_accum=1), tmp_path, 0, "planner_dpo")
+    rl = GRPOSettings(batch_size=3, grad_accum=2, num_generations=2)
+    with pytest.raises(RunError, match=r"^pilotrl\.rl\.batch_size 3 .* set .* to 4 or 8$"):  # multiples of 4 and 2
+        grpo_config(rl, STAGES["executor"], tmp_path, 0, [1.0], 16)
 
 
 def test_bench_refuses_to_run_under_a_launcher(monkeypatch):

@@ -3,6 +3,7 @@ prompt, completions ending on the model's turn, the trained-token mask by stage)
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from coalign import envs
 from coalign.core.errors import RunError
 from coalign.formats.adaplan import PLAN_CLOSE, format_turn
+from coalign.pilotrl import rollout as rollout_module
 from coalign.pilotrl.rollout import RolloutSpec, make_rollout_func, prompt_rows, rollout_rows, trained_mask
 from coalign.pilotrl.runtime import expert_guide, plan_tokens, run_episodes
 from tests.toy_env import ScriptedModel, toy_tokenizer
@@ -139,12 +141,7 @@ def test_prompt_rows_name_their_task_even_when_two_tasks_open_alike():
 
 def test_the_rollout_function_runs_each_prompt_as_its_task(tokenizer):
     rows = prompt_rows([("toy", 0), ("toy", 2)], "adaplan")
-    trainer = SimpleNamespace(
-        model=ScriptedModel(tokenizer),
-        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
-        processing_class=tokenizer,
-        args=SimpleNamespace(temperature=1.0, top_p=1.0),
-    )
+    trainer = _trainer(tokenizer)
     rollout = make_rollout_func(rows, RolloutSpec(max_context=1024))
     prompts = [rows[1]["prompt"]] * 2 + [rows[0]["prompt"]] * 2  # the sampler repeats each task per rollout
     out = rollout(prompts, trainer)
@@ -173,12 +170,24 @@ class FakeVLLM:
         return prompts, completions, None, None
 
 
-def _trainer(tokenizer, **extra):
+def _trainer(tokenizer, mode: str = "colocate", tensor_parallel: int = 1, **extra):
+    model = ScriptedModel(tokenizer)
+    accelerator = SimpleNamespace(
+        unwrap_model=lambda m: m, num_processes=extra.pop("processes", 1), state=SimpleNamespace(deepspeed_plugin=None)
+    )
     return SimpleNamespace(
-        model=ScriptedModel(tokenizer),
-        accelerator=SimpleNamespace(unwrap_model=lambda m: m, num_processes=extra.pop("processes", 1)),
+        model=model,
+        model_wrapped=model,  # as the accelerator wrapped it: no DDP, FSDP or DeepSpeed here
+        accelerator=accelerator,
         processing_class=tokenizer,
-        args=SimpleNamespace(temperature=1.0, top_p=1.0),
+        args=SimpleNamespace(
+            temperature=1.0,
+            top_p=1.0,
+            vllm_mode=mode,
+            vllm_tensor_parallel_size=tensor_parallel,
+            ds3_gather_for_generation=True,
+            gradient_checkpointing_kwargs=None,
+        ),
         **extra,
     )
 
@@ -192,8 +201,89 @@ def test_vllm_rollouts_take_the_same_code_path_and_give_the_same_rows(tokenizer)
     with_generate = rollout(prompts, _trainer(tokenizer, use_vllm=False))
     assert engine.calls > 0
     assert with_vllm == with_generate
-    with pytest.raises(RunError, match="one process"):
-        rollout(prompts, _trainer(tokenizer, use_vllm=True, vllm_generation=engine, processes=2))
+
+
+def test_colocated_vllm_rollouts_under_a_launcher_generate_alone(tokenizer, monkeypatch):
+    """A colocated engine with tensor parallel 1 generates each rank's prompts alone (TRL gathers nothing), so a
+    rank's rollouts run as in one process, without waiting for the others."""
+    monkeypatch.setattr(rollout_module, "gather_object", lambda _: pytest.fail("nothing to agree on"))
+    rows = prompt_rows([("toy", 0), ("toy", 2)], "adaplan")
+    rollout = make_rollout_func(rows, RolloutSpec(max_context=1024))
+    prompts = [rows[0]["prompt"], rows[1]["prompt"]]
+    alone = rollout(prompts, _trainer(tokenizer, use_vllm=True, vllm_generation=FakeVLLM(tokenizer)))
+    launched = _trainer(tokenizer, use_vllm=True, vllm_generation=FakeVLLM(tokenizer), processes=2)
+    assert rollout(prompts, launched) == alone
+
+
+class Ranks:
+    """Ranks as threads: `exchange` is an all-gather that each rank's call meets (a rank that never comes breaks
+    the barrier, so a call some rank skips fails the test instead of hanging it)."""
+
+    def __init__(self, size: int):
+        self.barrier, self.slots, self.local = threading.Barrier(size, timeout=20), [None] * size, threading.local()
+
+    def exchange(self, value):
+        self.slots[self.local.rank] = value
+        self.barrier.wait()
+        got = list(self.slots)
+        self.barrier.wait()
+        return got
+
+    def gather_object(self, value: list) -> list:
+        """accelerate's `gather_object`: every rank's list, concatenated in rank order."""
+        parts = self.exchange(("gather", value))
+        assert {kind for kind, _ in parts} == {"gather"}, parts  # no rank in a vLLM call meanwhile
+        return [item for _, part in parts for item in part]
+
+
+class ServedVLLM(FakeVLLM):
+    """TRL's server mode: a collective call, every rank's prompts gathered (each rank's slice of the answers cut
+    at rank x its own count, so every rank must send as many); one-token prompts are padding."""
+
+    def __init__(self, tokenizer, group: Ranks):
+        super().__init__(tokenizer)
+        self.group, self.widths, self.padding = group, [], 0
+
+    def generate(self, prompts, images, num_generations):
+        kinds, sizes = zip(*((kind, len(part)) for kind, part in self.group.exchange(("generate", prompts))))
+        assert set(kinds) == {"generate"} and len(set(sizes)) == 1 and sizes[0] > 0, (kinds, sizes)
+        if self.group.local.rank == 0:
+            self.widths.append(sizes[0])
+        eos = self.tokenizer.eos_token_id
+        real = [ids for ids in prompts if ids != [eos]]
+        self.padding += len(prompts) - len(real)
+        _, completions, _, _ = super().generate(real, images, num_generations)
+        return prompts, completions + [[eos]] * (len(prompts) - len(real)), None, None
+
+
+@pytest.mark.parametrize(("mode", "tensor_parallel"), [("server", 1), ("colocate", 2)])
+def test_collective_vllm_rollouts_under_a_launcher_call_it_together(tokenizer, monkeypatch, mode, tensor_parallel):
+    """Server mode (and tensor parallelism) make TRL's vLLM call a collective: two ranks whose episodes take 2 and
+    4 turns call it together every time, as many prompts each (padded), until both are done, and each gets the
+    rows one process gives its prompts."""
+    group = Ranks(2)
+    monkeypatch.setattr(rollout_module, "gather_object", group.gather_object)
+    rows = prompt_rows([("toy", 0), ("toy", 2)], "adaplan")
+    rollout = make_rollout_func(rows, RolloutSpec(max_context=1024))
+    shares = [[rows[0]["prompt"]] * 3, [rows[1]["prompt"]] * 2]  # seed 0: 2 turns, seed 2: 4
+    alone = [
+        rollout(share, _trainer(tokenizer, use_vllm=True, vllm_generation=FakeVLLM(tokenizer))) for share in shares
+    ]
+    engine = ServedVLLM(tokenizer, group)
+    got: list = [None, None]
+
+    def rank(r: int) -> None:
+        group.local.rank = r
+        trainer = _trainer(tokenizer, mode, tensor_parallel, use_vllm=True, vllm_generation=engine, processes=2)
+        got[r] = rollout(shares[r], trainer)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got == alone
+    assert engine.widths == [3, 3, 2, 2] and engine.padding == 1 + 1 + 2 + 2  # rank 1 pads, then rank 0 joins with none
 
 
 def test_a_spec_refuses_unknown_token_sets_and_guided_react():
@@ -201,3 +291,17 @@ def test_a_spec_refuses_unknown_token_sets_and_guided_react():
         RolloutSpec(train="observations")
     with pytest.raises(ValueError, match="guided"):
         RolloutSpec(mode="react", guided=True)
+
+
+@pytest.mark.parametrize("fsdp,processes,refused", [(2, 2, True), (None, 2, False), (2, 1, False)])
+def test_the_policys_own_rollouts_under_fsdp_on_several_processes_are_refused(tokenizer, fsdp, processes, refused):
+    """FSDP2 gathers shards in every forward, so ranks running episodes of different lengths would hang."""
+    rows = prompt_rows([("toy", 0)], "adaplan")
+    trainer = _trainer(tokenizer, use_vllm=False, processes=processes)
+    trainer.accelerator.state.fsdp_plugin = SimpleNamespace(fsdp_version=fsdp) if fsdp else None
+    rollout = make_rollout_func(rows, RolloutSpec(max_context=1024))
+    if refused:
+        with pytest.raises(RunError, match="under FSDP with several processes would hang"):
+            rollout([rows[0]["prompt"]], trainer)
+    else:
+        assert len(rollout([rows[0]["prompt"]], trainer)["episode"]) == 1

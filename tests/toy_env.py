@@ -77,6 +77,7 @@ class ScriptedModel:
     `plans`), or fixed `text`."""
 
     device = torch.device("cpu")
+    is_gradient_checkpointing = False  # what TRL's `unwrap_model_for_generation` asks a policy
 
     def __init__(self, tokenizer, text: str | None = None, bogus_plan: bool = False, plans: bool = True):
         self.tokenizer, self.text, self.bogus_plan, self.plans = tokenizer, text, bogus_plan, plans

@@ -7,10 +7,31 @@ rich wraps at the terminal's width as usual.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import time
+import warnings
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coalign.core import ranks
+
+# Set by `coalign launch` for the processes it starts: it prints their error itself, last (`report_error`).
+LAUNCHED = "COALIGN_LAUNCHED"
+ERROR_CODE = 2  # the exit code of a run stopped by an error it reported (`report_error`), also under a launcher
+# The file torch's launcher (torchrun, and accelerate's, which runs it) gives each process for its error.
+ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+# What the other ranks' libraries print, read by each library when it is imported: progress bars (tqdm's
+# defaults, the hub's and datasets' switches, which transformers' follow) and torch's C++ warnings (DDP's
+# reducer). Not transformers' verbosity: below warnings, its trainer swaps its bar for a printer on every node.
+QUIET_OTHER_RANKS = {
+    "TQDM_DISABLE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+}
 
 
 def make_console(**options) -> Console:
@@ -20,6 +41,29 @@ def make_console(**options) -> Console:
     if not console.is_terminal:
         console.soft_wrap = True
     return console
+
+
+def quiet_other_ranks() -> None:
+    """Under a launcher the ranks other than the main one run the same steps: the warnings and progress bars of
+    the libraries they call would print once per rank. Their console is quiet (`make_console`); this quiets the
+    rest, errors aside. Call it before those libraries are imported: they read their settings then."""
+    if ranks.is_main():
+        return
+    warnings.simplefilter("ignore")
+    os.environ.update(QUIET_OTHER_RANKS)
+
+
+def report_error(message: str) -> None:
+    """Print an error on stderr once per run. Under a launcher every rank meets the same error: only the main
+    rank prints it, and each failing rank records it in its launcher's error file, which torchrun's summary
+    shows as the root cause (also when the main rank did not fail, or was stopped before it printed). Under
+    `coalign launch` torchrun's ranks do not print: the launch prints the lowest failing rank's error, last."""
+    path = os.environ.get(ERROR_FILE)
+    if ranks.is_main() and not (path and os.environ.get(LAUNCHED)):
+        print(message, file=sys.stderr, flush=True)
+    if path:  # as torch's `ErrorHandler` writes it, less the traceback: its summary shows the message instead
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"message": {"message": message, "extraInfo": {"timestamp": str(int(time.time()))}}}, handle)
 
 
 def progress_bar() -> "Progress | NoBar":

@@ -91,13 +91,24 @@ def decide_bf16(asked: bool | str, what: str = "bf16") -> bool:
     return native
 
 
+# Where `accelerate launch` exports its config's mixed_precision; transformers' trainer arguments would take it
+# for a stage whose bf16 is off, so coalign's trainers hold it to the stage's decision (`training.common.trl_config`).
+LAUNCHER_PRECISION = "ACCELERATE_MIXED_PRECISION"
+
+
 def precision_record(decided: dict[str, bool]) -> dict:
     """What the run folder keeps of its precision choices: each setting's decision, and the device and CPU flags
-    they were made on (a run resumed on another machine may decide otherwise)."""
+    they were made on (a run resumed on another machine may decide otherwise). Under a launcher that asked for a
+    precision, also what it asked and the settings whose decision overrode it: the config decides what runs."""
     import torch
 
-    return {
+    record = {
         "bf16": decided,
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "cpu_bf16_flags": cpu_bf16_flags(),
     }
+    asked = os.environ.get(LAUNCHER_PRECISION)
+    if asked:
+        overridden = [name for name, bf16 in decided.items() if bf16 != (asked == "bf16")]
+        record["launcher"] = {LAUNCHER_PRECISION: asked, "overridden": overridden}
+    return record

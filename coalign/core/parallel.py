@@ -1,4 +1,4 @@
-"""Independent jobs on separate CPU cores, side by side, each with its own log.
+"""Independent jobs on separate CPU cores or GPUs, side by side, each with its own log.
 
 A tiny model's training step barely gains from a second torch thread, so two jobs with one
 thread each finish at least as soon as the same jobs one after another with two threads
@@ -6,6 +6,9 @@ thread each finish at least as soon as the same jobs one after another with two 
 spawned process (no state shared with the parent) and writes
 its terminal output to a log file, so progress bars of parallel jobs do not garble each other;
 the parent shows the jobs side by side (`JobBoard`: each job's latest progress line, read from its log).
+On a GPU machine each of those processes sees GPUs of its own (`gpu_slots`), so side-by-side jobs do not
+all land on the first. Inside `launches(k)`, each job runs as k processes, as `torchrun` launches a run
+(`_launch`): one job then trains on k GPUs.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import re
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +35,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from coalign.core import ranks
 from coalign.core.console import make_console
+from coalign.core.errors import RunError
 
 REFRESH_S = 1.0  # how often the live table rereads the logs
 PARENT_CHECK_S = 1.0  # how often a worker checks that the process that started it is still there
@@ -48,31 +56,126 @@ class Job:
     weight: float = 1.0
 
 
-def _exit_with_parent(parent: int) -> None:
-    """A worker's initializer: leave as soon as the parent is gone (killed by SIGTERM or SIGKILL, say),
-    rather than go on training unseen beside the next run for as long as its job lasts."""
+_procs_per_job = 1  # the processes `run_jobs` launches each job as (`launches`)
+
+
+@contextlib.contextmanager
+def launches(procs: int) -> Iterator[None]:
+    """Inside, `run_jobs` runs each job as `procs` processes launched on this machine (`_launch`), as `torchrun
+    --nproc_per_node procs` runs `coalign train`, with `procs` GPUs of its own where there are GPUs: a bench's
+    runs (a 7B model's SFT, DPO, evaluation) then take several GPUs each, as launched runs do."""
+    global _procs_per_job
+    before, _procs_per_job = _procs_per_job, procs
+    try:
+        yield
+    finally:
+        _procs_per_job = before
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices or UUIDs): the variable's list
+    where it is set, else every GPU's index; none on a machine without."""
+    import torch
+
+    count = torch.cuda.device_count()
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [name.strip() for name in listed.split(",")] if listed is not None else [str(i) for i in range(count)]
+    return names[:count]
+
+
+def gpu_slots(workers: int, per_job: int) -> list[str]:
+    """CUDA_VISIBLE_DEVICES for each of `workers` side-by-side processes, `per_job` GPUs each, taken in turn from
+    `visible_gpus` (more workers than GPUs share them round the list); empty on a machine without GPUs. A
+    RunError when one job would need more GPUs than the machine shows."""
+    visible = visible_gpus()
+    if not visible:
+        return []
+    if per_job > len(visible):
+        raise RunError(f"{per_job} processes per job need {per_job} GPUs each; this machine shows {len(visible)}")
+    return [",".join(visible[(w * per_job + j) % len(visible)] for j in range(per_job)) for w in range(workers)]
+
+
+def _exit_when(gone: Callable[[], bool], name: str) -> None:
+    """Leave this process (a thread checks every PARENT_CHECK_S) once `gone()`, rather than go on training
+    unseen beside the next run for as long as its job lasts."""
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while not gone():
             time.sleep(PARENT_CHECK_S)
         os._exit(1)
 
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+    threading.Thread(target=watch, name=name, daemon=True).start()
 
 
-def _run_logged(job: Job, threads: int) -> Any:
+def _exit_with_parent(parent: int) -> None:
+    """Leave as soon as the parent is gone (killed by SIGTERM or SIGKILL, say)."""
+    _exit_when(lambda: os.getppid() != parent, "exit-with-parent")
+
+
+def _start_worker(parent: int, devices: multiprocessing.queues.Queue | None) -> None:
+    """A worker's initializer: it leaves with its parent, and on a GPU machine takes the next GPUs of `devices`
+    (a queue of `gpu_slots`) before anything it runs starts CUDA (a spawned process starts with none)."""
+    _exit_with_parent(parent)
+    if devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices.get()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:  # no such process (or another user's now holds its number)
+        return False
+    return True
+
+
+def _launch(job: Job, procs: int, threads: int) -> Any:
+    """`job` run by `procs` processes that `torch.distributed.run` starts on this machine (a free port of its own,
+    so launches side by side do not meet; the GPUs this process sees, LOCAL_RANK picking each rank's), each
+    calling it as every rank of a launched `coalign train` runs its stages (`ranks`: the work shared, the main
+    rank writes); the main rank's result comes back through a file. They print to this process's output (a
+    job's log) and leave when this process is gone."""
+    with tempfile.TemporaryDirectory(prefix="coalign-job-") as folder:
+        call, result = Path(folder, "call.pkl"), Path(folder, "result.pkl")
+        call.write_bytes(pickle.dumps((job.fn, job.args)))
+        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, threads // procs))}
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs),
+            "-m", "coalign.core.parallel", str(call), str(result), str(os.getpid()),
+        ]  # fmt: skip
+        sys.stdout.flush()
+        sys.stderr.flush()
+        done = subprocess.run(command, env=env)
+        if done.returncode:
+            raise RuntimeError(f"its {procs} processes (torch.distributed.run) exited with code {done.returncode}")
+        return pickle.loads(result.read_bytes())
+
+
+def _launched(call: str, result: str, watched: str) -> None:
+    """One rank of a launched job (`_launch`): it runs the job and, on the main rank, writes its result."""
+    _exit_when(lambda: not _alive(int(watched)), "exit-with-launcher")
+    fn, args = pickle.loads(Path(call).read_bytes())
+    value = fn(*args)
+    if ranks.is_main():
+        Path(result).write_bytes(pickle.dumps(value))
+
+
+def _run(job: Job, threads: int, procs: int) -> Any:
+    return job.fn(*job.args) if procs == 1 else _launch(job, procs, threads)
+
+
+def _run_logged(job: Job, threads: int, procs: int) -> Any:
     import torch
 
     torch.set_num_threads(threads)
     if job.log is None:
-        return job.fn(*job.args)
+        return _run(job, threads, procs)
     job.log.parent.mkdir(parents=True, exist_ok=True)
     with open(job.log, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         fd_out, fd_err = os.dup(1), os.dup(2)
         os.dup2(log.fileno(), 1)  # library progress bars write to the file descriptors, not sys.stdout
         os.dup2(log.fileno(), 2)
         try:
-            return job.fn(*job.args)
+            return _run(job, threads, procs)
         except BaseException:
             traceback.print_exc()  # into the job's log: the parent learns of the failure only when it is collected
             raise
@@ -158,30 +261,39 @@ def latest_line(log: Path | None, tail: int = 4096) -> str:
 
 
 def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | None = None) -> list[Any]:
-    """Results of `jobs` in order; with `workers` > 1 they run in that many processes, cores split evenly,
-    a job starting when one finishes (the heaviest first), shown on `console` (`JobBoard`).
+    """Results of `jobs` in order; with `workers` > 1 they run in that many processes, cores split evenly and
+    GPUs too (`gpu_slots`: each process its own), a job starting when one finishes (the heaviest first), shown on
+    `console` (`JobBoard`); inside `launches(k)` each job runs as k processes (`_launch`).
 
     A failing job raises in the parent with its log's path in the message.
     """
     if not jobs:
         return []
-    workers = max(1, min(workers, len(jobs)))
-    if workers == 1:  # in this process, its own progress bars on the terminal
-        return [job.fn(*job.args) for job in jobs]
+    workers, procs = max(1, min(workers, len(jobs))), _procs_per_job
     threads = max(1, (os.cpu_count() or 1) // workers)
+    if workers == 1 and procs == 1:  # in this process, its own progress bars on the terminal
+        return [job.fn(*job.args) for job in jobs]
+    slots = gpu_slots(workers, procs)  # a job needing more GPUs than there are stops before any starts
+    if workers == 1:  # launched one after another, printing to this terminal
+        return [_launch(job, procs, threads) for job in jobs]
     results: list[Any] = [None] * len(jobs)
     waiting, running = sorted(range(len(jobs)), key=lambda i: -jobs[i].weight), {}  # stable: ties in order
     context = multiprocessing.get_context("spawn")
+    devices = None
+    if slots:
+        devices = context.Queue()
+        for slot in slots:
+            devices.put(slot)
     with (
         ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_exit_with_parent, initargs=(os.getpid(),)
+            workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(), devices)
         ) as pool,
         JobBoard(jobs, f"{desc} ({workers} processes)", console or make_console()) as board,
     ):
         while waiting or running:
             while waiting and len(running) < workers:
                 i = waiting.pop(0)
-                running[pool.submit(_run_logged, jobs[i], threads)] = i
+                running[pool.submit(_run_logged, jobs[i], threads, procs)] = i
                 board.start(i)
             finished, _ = wait(running, timeout=REFRESH_S, return_when=FIRST_COMPLETED)
             for future in finished:
@@ -195,3 +307,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
                 board.finish(i)
             board.refresh()
     return results
+
+
+if __name__ == "__main__":  # a rank of a launched job (`_launch`)
+    _launched(*sys.argv[1:])

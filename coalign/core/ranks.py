@@ -12,6 +12,7 @@ One process (no `WORLD_SIZE` above 1 in the environment) never touches torch.dis
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -137,16 +138,26 @@ def summed(counts: dict) -> dict:
     return total
 
 
-def batch_split(batch_size: int, grad_accum: int, what: str) -> tuple[int, int]:
-    """(per-process batch, accumulation steps) that keep a config's batch per optimizer step whatever the
-    number of processes: accumulation is divided first, then the batch; a RunError (at the stage) when
-    neither divides."""
+def batch_split(batch_size: int, grad_accum: int, key: str = "", group: int = 1) -> tuple[int, int]:
+    """(per-process batch, accumulation steps) that keep a config's examples per optimizer step (batch_size x
+    grad_accum) whatever the number of processes: each process takes an equal share of them, as the largest
+    batch no larger than the config's that divides its share, and accumulates the rest. A RunError naming the
+    config block `key` when the processes cannot share them equally; `group`: what the product must stay a
+    multiple of besides (GRPO's whole groups), so the products the error suggests are ones the config takes."""
     size = world_size()
-    if grad_accum % size == 0:
-        return batch_size, grad_accum // size
-    if batch_size % size == 0:
-        return batch_size // size, grad_accum
+    total = batch_size * grad_accum
+    if total % size == 0:
+        share = total // size
+        batch = next(b for b in range(min(batch_size, share), 0, -1) if share % b == 0)
+        return batch, share // batch
+    prefix = f"{key}." if key else ""
+    fewer = max((n for n in range(1, size) if total % n == 0), default=1)
+    more = next(n for n in range(size + 1, total + 1) if total % n == 0) if size < total else None
+    launch = f"{fewer} or {more}" if more else str(fewer)
+    step = size * group // math.gcd(size, group)  # the products both the processes and the groups divide
+    products = [p for p in (total // step * step, (total // step + 1) * step) if p > 0]
     raise RunError(
-        f"{what}: batch_size {batch_size} x grad_accum {grad_accum} cannot be split over {size} processes; "
-        f"make one of them a multiple of {size}"
+        f"{prefix}batch_size {batch_size} x {prefix}grad_accum {grad_accum} = {total} examples per optimizer step "
+        f"cannot be shared by {size} processes; to keep it, launch {launch} processes (a number that divides "
+        f"{total}), or set {prefix}batch_size x {prefix}grad_accum to {' or '.join(map(str, products))}"
     )

@@ -14,13 +14,16 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from coalign.core import ranks
+from coalign.core.errors import RunError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +31,7 @@ WHOLE_HASH_LIMIT = 64 * 2**20
 SAMPLE_BLOCK = 2**20
 SAMPLE_BLOCKS = 16
 DATA_SUFFIXES = (".json", ".jsonl")
+SHARED_WAIT_S = 10.0  # a filesystem that caches lookups may show another node a new file a moment late
 
 
 def temp_sibling(path: Path) -> Path:
@@ -305,6 +309,60 @@ class Run:
 
     def stage_info(self, stage: str) -> dict:
         return read_json(self._marker(stage))
+
+    def check_shared(self) -> None:
+        """Every rank sees this folder as the main rank does, or every rank stops with the same RunError.
+
+        The main rank alone writes the run folder and the others read what it wrote (`ranks`), so a rank on a
+        node that does not mount the same filesystem would read a folder of its own: files missing, or stale ones
+        of another run. The main rank writes a file holding a fresh token, each rank reads it, and all learn which
+        could not: a rank that cannot see it does not stop alone, leaving the others waiting for it."""
+        if ranks.world_size() == 1:
+            return
+        token = ranks.decided(self._write_token)
+        marker = self.path(f".shared-{token}")
+        seen = ranks.gather([(socket.gethostname(), str(self.root.absolute()), _holds(marker, token))])
+        if ranks.is_main():
+            marker.unlink(missing_ok=True)
+        if not all(sees for _, _, sees in seen):
+            raise RunError(_not_shared(seen, marker.name))
+
+    def _write_token(self) -> str:
+        token = secrets.token_hex(8)
+        atomic_write_text(self.path(f".shared-{token}"), token)
+        return token
+
+
+def _holds(path: Path, token: str) -> bool:
+    """Whether `path` holds `token`, now or within `SHARED_WAIT_S`."""
+    deadline = time.monotonic() + SHARED_WAIT_S
+    while True:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if path.read_text(encoding="utf-8") == token:
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
+def _not_shared(seen: list[tuple[str, str, bool]], marker: str) -> str:
+    """The error of a run folder some ranks do not see: its path, the main rank's host, and per host (and folder,
+    where a rank's differs, e.g. a relative --run-dir from another working folder) the ranks that cannot see it."""
+    host, folder, _ = seen[0]
+    blind: dict[tuple[str, str], list[int]] = {}
+    for rank, (where, theirs, sees) in enumerate(seen):
+        if not sees:
+            blind.setdefault((where, theirs), []).append(rank)
+    who = "; ".join(
+        f"{'ranks' if len(r) > 1 else 'rank'} {', '.join(map(str, r))} on {where}"
+        + (f" (in {theirs})" if theirs != folder else "")
+        for (where, theirs), r in blind.items()
+    )
+    return (
+        f"{folder}: the run folder is not shared by every rank: rank 0 on {host} wrote {marker} in it, and {who} "
+        "cannot read it. Rank 0 writes the run folder and the others read it: give --run-dir a folder every node "
+        "mounts (NFS, Lustre), at the same path on each"
+    )
 
 
 UNSET = "<unset>"

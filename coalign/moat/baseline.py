@@ -45,13 +45,14 @@ def matched_rounds(
         planner = train_agent(
             run, f"round{r}_planner_sft", planner, planner_gold, config.planner_round_sft,
             config.seed, console, trust_remote_code=config.models.trust_remote_code, lora=config.lora,
+            key="planner_round_sft",
         )  # fmt: skip
         pool = list(gold)
         random.Random(config.seed * 1000 + r).shuffle(pool)  # per round, so a resumed run draws the same
         examples = [pool[i % len(pool)] for i in range(n_grounder)]
         grounder = train_agent(
             run, f"round{r}_grounder_sft", grounder, examples, config.grounder_round_sft, config.seed, console,
-            trust_remote_code=config.models.trust_remote_code, lora=config.lora,
+            trust_remote_code=config.models.trust_remote_code, lora=config.lora, key="grounder_round_sft",
         )  # fmt: skip
         history[f"round{r}"] = evaluate_run(run, config, planner, grounder, console, name=f"round{r}_eval")
     write_json(run.path("rounds.json"), history)

@@ -30,9 +30,10 @@ from coalign.training.sft import sft
 
 def check_models(config: RunConfig) -> None:
     """RunError before any run folder is made when the planner or the grounder names no model: not a shipped
-    base, a local folder, `scratch` or a hub id (`bases.starting_point`; the hub itself is asked on loading)."""
+    base, a local folder, `scratch` or a hub id the hub (or its local cache) has (`bases.starting_point`), rather
+    than when the stage that loads it starts."""
     for name in (config.models.planner, config.models.grounder):
-        starting_point(name)
+        starting_point(name, look_up=True)
 
 
 def initial_models(run: Run, config: RunConfig, train: list[Task], console: Console) -> tuple[str, str]:
@@ -82,15 +83,16 @@ def train_agent(
     inputs: Sequence[Path] = (),
     trust_remote_code: bool = False,
     lora: LoraSettings | None = None,
+    key: str = "",
 ) -> str:
     """One SFT stage (LoRA adapters under `lora`), skipped when its checkpoint is already complete and was
     trained under the same settings and examples; `inputs`: the files its examples came from, so the stage
-    is redone when they change."""
+    is redone when they change; `key`: the config block of `settings` (`grounder_round_sft`), named in errors."""
     out = run.path("checkpoints", stage)
 
     def train() -> dict:
         console.print(f"[bold]{stage}[/bold]: SFT on {len(examples)} examples from {init}")
-        sft(init, examples, out, settings, seed=seed, trust_remote_code=trust_remote_code, lora=lora)
+        sft(init, examples, out, settings, seed=seed, trust_remote_code=trust_remote_code, lora=lora, key=key)
         return {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}
 
     run.stage(stage, train, [out], inputs=[init, *inputs], settings=training_settings(settings, seed, lora, examples))
@@ -180,6 +182,7 @@ def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str,
             console,
             trust_remote_code=trust,
             lora=config.lora,
+            key="planner_sft",
         )
     if agent == "grounder":
         examples = grounder_data(config, train)
@@ -193,6 +196,7 @@ def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str,
             console,
             trust_remote_code=trust,
             lora=config.lora,
+            key="grounder_sft",
         )
     raise ValueError(f"agent must be planner or grounder, got {agent!r}")
 

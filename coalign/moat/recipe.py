@@ -259,6 +259,7 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
             config.seed,
             trust_remote_code=config.models.trust_remote_code,
             lora=config.lora,
+            key="planner_dpo",
         )
         return {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}
 
@@ -397,7 +398,7 @@ def grounder_sft_stage(
     settings, verdicts_path = config.grounder_round_sft, _file(run, r, "verdicts.jsonl")
     return train_agent(
         run, f"round{r}_grounder_sft", grounder, examples, settings, config.seed, console, inputs=[verdicts_path],
-        trust_remote_code=config.models.trust_remote_code, lora=config.lora,
+        trust_remote_code=config.models.trust_remote_code, lora=config.lora, key="grounder_round_sft",
     )  # fmt: skip
 
 

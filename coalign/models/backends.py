@@ -120,8 +120,14 @@ class HFBackend:
 class VLLMBackend:
     """A checkpoint in vLLM's offline engine: all prompts in one `generate` call, `n` candidates per request,
     prefix caching on. It decodes as `decoding` does (greedy at temperature 0, else nucleus `top_p`, no
-    top-k, stop at the tokenizer's EOS); a sampling call's seed is drawn from torch's generator, so the
-    stage's `torch.manual_seed` fixes vLLM's samples too."""
+    top-k, stop at the tokenizer's EOS); a sampling call draws one seed from torch's generator, so the
+    stage's `torch.manual_seed` fixes vLLM's samples too, and prompt i samples from that seed + i * n (vLLM
+    seeds candidate j of a request from its seed + j), whichever process computes it.
+
+    Under a launcher (torchrun, accelerate: several processes) each rank holds its own engine on its own GPU
+    (vLLM's `external_launcher` executor, which takes the device from LOCAL_RANK), generates its contiguous
+    share of the prompts (`ranks.share_all`) and every rank gets all completions back, in input order, as one
+    process would have computed them."""
 
     def __init__(self, path: str, tokenizer, trust_remote_code: bool, gpu_memory_utilization: float):
         try:
@@ -131,15 +137,21 @@ class VLLMBackend:
         if is_adapter(path):
             raise RunError(f"{path} is a LoRA adapter; generation.backend vllm loads whole models (lora.merge: true)")
         self.sampling, self.eos_token_id = vllm.SamplingParams, tokenizer.eos_token_id
+        # Several processes: one engine per rank, tensor parallel 1, on the GPU of its LOCAL_RANK (vLLM's mode for
+        # torchrun-launched data parallel; left to its default executor, every rank's engine lands on cuda:0).
+        # The engine seed is the same on every rank, as vLLM asks; requests carry their own seeds anyway.
+        launched = {"distributed_executor_backend": "external_launcher", "seed": 0} if ranks.world_size() > 1 else {}
         self.llm = vllm.LLM(
             model=str(path),
             tokenizer=str(path),
             trust_remote_code=trust_remote_code,
             enable_prefix_caching=True,
             gpu_memory_utilization=gpu_memory_utilization,
+            **launched,
         )
 
-    def sampling_params(self, max_new_tokens: int, n: int, temperature: float, top_p: float):
+    def sampling_params(self, max_new_tokens: int, n: int, temperature: float, top_p: float, seed: int):
+        """vLLM's settings for one request, its candidates sampled from `seed` (greedy at temperature 0: none)."""
         sampling = temperature > 0
         return self.sampling(
             n=n,
@@ -147,7 +159,7 @@ class VLLMBackend:
             temperature=temperature,
             top_p=top_p if sampling else 1.0,
             stop_token_ids=[self.eos_token_id],
-            seed=int(torch.randint(2**31 - 1, ())) if sampling else None,
+            seed=seed if sampling else None,
         )
 
     def complete(
@@ -159,14 +171,23 @@ class VLLMBackend:
         top_p: float,
         advance: Advance = _quiet,
     ) -> list[list[str]]:
-        params = self.sampling_params(max_new_tokens, n, temperature, top_p)
-        results = self.llm.generate(list(prompts), params, use_tqdm=False)
-        out = [[c.text.strip() for c in sorted(r.outputs, key=lambda c: c.index)] for r in results]
-        if len(out) != len(prompts) or any(len(texts) != n for texts in out):
-            counts = sorted({len(texts) for texts in out})
-            raise RunError(f"vLLM answered {len(out)} of {len(prompts)} prompts with {counts} completions, not n={n}")
-        advance(len(prompts))
-        return out
+        seed = int(torch.randint(2**31 - 1, ())) if temperature > 0 else 0  # drawn alike on every rank
+
+        def mine(indices: list[int]) -> list[list[str]]:
+            if not indices:
+                return []
+            params = [self.sampling_params(max_new_tokens, n, temperature, top_p, seed + i * n) for i in indices]
+            results = self.llm.generate([prompts[i] for i in indices], params, use_tqdm=False)
+            out = [[c.text.strip() for c in sorted(r.outputs, key=lambda c: c.index)] for r in results]
+            if len(out) != len(indices) or any(len(texts) != n for texts in out):
+                counts = sorted({len(texts) for texts in out})
+                raise RunError(
+                    f"vLLM answered {len(out)} of {len(indices)} prompts with {counts} completions, not n={n}"
+                )
+            advance(len(indices))
+            return out
+
+        return ranks.share_all(mine, range(len(prompts)))
 
 
 class OpenAIBackend:

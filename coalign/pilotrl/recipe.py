@@ -34,7 +34,7 @@ from coalign.pilotrl.rewards import first_plan_correct, llm_judge
 from coalign.pilotrl.rollout import RolloutSpec, prompt_rows
 from coalign.pilotrl.runtime import expert_guide, model_planner, run_episodes
 from coalign.pilotrl.stages import grpo_stage
-from coalign.training.setup import inference_bf16, prepare_run, training_settings
+from coalign.training.setup import inference_bf16, prepare_run, removed_if_failed, training_settings
 from coalign.training.sft import sft_conversations
 
 
@@ -174,7 +174,7 @@ def run_pilotrl(
             raise RunError(f"pilotrl.heldin/heldout: {name}: {missing}")
     if start is not None and not settings.rl:
         raise RunError("a start checkpoint is for the GRPO stages, and pilotrl.rl is not set")
-    init = starting_point(settings.model)  # a missing model folder stops the run here, before any stage
+    init = starting_point(settings.model, look_up=True)  # a missing model stops the run here, before any stage
     run = prepare_run(config, run_dir, console, force)
     model, planner = start or cold_start(run, config, console, init), None
     if settings.rl:
@@ -213,7 +213,14 @@ def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) 
     def train() -> dict:
         console.print(f"[bold]sft[/bold]: {len(conversations)} episodes ({settings.mode}) from {init}")
         sft_conversations(
-            init, conversations, out, settings.sft, seed=config.seed, trust_remote_code=trust, lora=config.lora
+            init,
+            conversations,
+            out,
+            settings.sft,
+            seed=config.seed,
+            trust_remote_code=trust,
+            lora=config.lora,
+            key="pilotrl.sft",
         )
         return {"episodes": len(conversations), **read_json(out / "train_log.json")}
 
@@ -312,18 +319,20 @@ def evaluate_checkpoint(
     """`coalign eval` of a pilotrl config: what the run trained (its last GRPO stage's checkpoint, with an
     isolated planner's; its SFT one without GRPO stages), evaluated again into the run folder as training
     did; or `model`, into a new eval-<time>/ folder inside the run folder, so the run's own evaluation is
-    kept."""
+    kept; one that fails before any of its evaluations finished is removed again."""
     trained = Path(run_dir)
     if model is not None:
         root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
-        return evaluate_all(prepare_run(config, root, console, force), config, model, console, stages_of(model, config))
+        with removed_if_failed(root):
+            run = prepare_run(config, root, console, force, trains=False)
+            return evaluate_all(run, config, model, console, stages_of(model, config))
     final, planner = final_models(trained, config)
     for path in (final, planner):
         if path is not None and not path.is_dir():
             where = f"{trained}: no such run folder" if not trained.is_dir() else f"{path}: no checkpoint"
             raise RunError(f"{where}; train first (coalign train CONFIG --run-dir {trained}) or give --model")
     order = config.pilotrl.rl.order if config.pilotrl.rl else None
-    run = prepare_run(config, trained, console, force)
+    run = prepare_run(config, trained, console, force, trains=False)
     return evaluate_all(run, config, str(final), console, order, str(planner) if planner else None)
 
 

@@ -20,12 +20,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from accelerate.utils import gather_object
+from trl.distributed import DistributedBackend
+from trl.models import unwrap_model_for_generation
+
 from coalign.core import ranks
 from coalign.core.errors import RunError
 from coalign.envs import make_env
 from coalign.formats.adaplan import first_message
-from coalign.models.turn_writers import TurnWriter, cut_after_eos
+from coalign.models.turn_writers import cut_after_eos
 from coalign.pilotrl.runtime import Episode, expert_guide, run_episodes
+from coalign.training.common import as_one_process
 
 TRAINS = ("all", "plan", "action")  # which generated tokens a stage trains
 
@@ -105,33 +110,84 @@ def make_rollout_func(rows: Sequence[dict], spec: RolloutSpec, executor=None) ->
             chosen = [tasks[prompt[-1]["task"]] for prompt in prompts]
         except (KeyError, TypeError, IndexError):
             raise ValueError("rollout_func got a prompt that is not one of its tasks' prompts") from None
-        model = trainer.accelerator.unwrap_model(trainer.model)
         tokenizer = trainer.processing_class
         writer = vllm_turns(trainer) if getattr(trainer, "use_vllm", False) else None
-        with ranks.alone():  # the trainer gave each process its own prompts
+        if writer is None:
+            refuse_fsdp_rollouts(trainer.accelerator)
+        # the policy whole for the rollout: under ZeRO-3 TRL gathers its weights once and lifts DeepSpeed's
+        # per-forward gathering, and transformers decodes without waiting on the other ranks, whose episodes
+        # take other numbers of turns (with vLLM writing, the policy's weights go unused: nothing to gather)
+        unwrapped = unwrap_model_for_generation(
+            trainer.model_wrapped, trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation and writer is None,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        )  # fmt: skip
+        with unwrapped as model, as_one_process(), ranks.alone():  # the trainer gave each process its own prompts
             episodes = run_episodes(
                 model, tokenizer, chosen, spec.mode, spec.every, spec.max_new_tokens, spec.max_context,
                 spec.batch_size, temperature=trainer.args.temperature, top_p=trainer.args.top_p,
                 progress=False, guide=expert_guide if spec.guided else None, executor=executor, writer=writer,
             )  # fmt: skip
+        if writer is not None:
+            writer.finish()  # other ranks' episodes may still call vLLM, which under several processes takes every rank
         return rollout_rows(episodes, spec.train, tokenizer.eos_token_id)
 
     return rollout
 
 
-def vllm_turns(trainer) -> TurnWriter:
+def refuse_fsdp_rollouts(accelerator) -> None:
+    """RunError for the policy's own rollouts under FSDP with several processes: FSDP2 keeps every forward an
+    all-gather of the other ranks' shards (TRL's `unwrap_model_for_generation` gathers only ZeRO-3's), so ranks
+    whose episodes take different numbers of turns would wait on each other for ever."""
+    if accelerator.num_processes > 1 and DistributedBackend(accelerator).is_fsdp:
+        raise RunError(
+            "PilotRL's rollouts under FSDP with several processes would hang (every forward is an all-gather, "
+            "and ranks run episodes of different lengths); train GRPO with DeepSpeed ZeRO-3 or DDP "
+            "(coalign accelerate-config zero3 | ddp), or generate with pilotrl.rl.generation: vllm_colocate"
+        )
+
+
+def vllm_turns(trainer) -> VLLMTurns:
     """The policy's turns sampled by the trainer's vLLM engine (`rl.generation: vllm_colocate` or
     `vllm_server`), whose weights TRL syncs before each rollout. Its sampling settings are the trainer's
-    (temperature, top-p, and `max_completion_length`, set to the turn budget), one completion per context.
+    (temperature, top-p, and `max_completion_length`, set to the turn budget), one completion per context."""
+    args = trainer.args
+    processes = trainer.accelerator.num_processes
+    lockstep = processes > 1 and (args.vllm_mode == "server" or args.vllm_tensor_parallel_size > 1)
+    return VLLMTurns(trainer.vllm_generation, trainer.processing_class.eos_token_id, lockstep)
 
-    One process only: vLLM's generate is a collective call in every process, and episodes of different
-    lengths would call it different numbers of times."""
-    if trainer.accelerator.num_processes > 1:
-        raise RunError("vLLM rollouts run in one process for now; use rl.generation: hf under accelerate launch")
-    eos = trainer.processing_class.eos_token_id
 
-    def write(batch, max_new_tokens, temperature, top_p) -> list[list[int]]:
-        _, completions, _, _ = trainer.vllm_generation.generate(prompts=list(batch), images=None, num_generations=1)
-        return cut_after_eos(completions, eos)
+class VLLMTurns:
+    """A turn writer over TRL's `vllm_generation.generate`, which under several processes is a collective call
+    in server mode (every rank's prompts gathered to the main one, which asks the server, and each rank's slice
+    sent back: a slice assumes every rank sent as many) and with tensor parallelism (gathered in each group);
+    only colocated engines with tensor parallel 1 generate each rank's prompts alone. Episodes of different
+    lengths call the writer a different number of times, so where the call is collective (`lockstep`) each
+    call is a round every rank joins: the ranks say how many contexts they bring, all call vLLM with the most
+    any brings (padded with one-token prompts, whose completions are dropped), and a rank whose episodes are
+    done keeps joining with none (`finish`) until no rank brings any. vLLM never gets an empty call."""
 
-    return write
+    def __init__(self, engine, eos_id: int, lockstep: bool):
+        self.engine, self.eos_id, self.lockstep = engine, eos_id, lockstep
+
+    def __call__(self, batch: Sequence[list[int]], max_new_tokens: int, temperature: float, top_p: float):
+        if not self.lockstep:
+            return self._generate(list(batch))
+        return self._round(list(batch))
+
+    def finish(self) -> None:
+        """After this rank's episodes: join the other ranks' calls until none has a context left."""
+        if self.lockstep:
+            while self._round([]) is not None:
+                pass
+
+    def _round(self, batch: list[list[int]]) -> list[list[int]] | None:
+        """One call every rank joins, with as many prompts on each; None when no rank brought any."""
+        width = max(gather_object([len(batch)]))
+        if width == 0:
+            return None
+        return self._generate(batch + [[self.eos_id]] * (width - len(batch)))[: len(batch)]
+
+    def _generate(self, prompts: list[list[int]]) -> list[list[int]]:
+        _, completions, _, _ = self.engine.generate(prompts=prompts, images=None, num_generations=1)
+        return cut_after_eos(completions, self.eos_id)

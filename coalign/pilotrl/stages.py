@@ -34,5 +34,5 @@ def grpo_stage(
     fixed = load_model(executor, trust_remote_code, dtype="float32").to(inference_device()) if executor else None
     return train_grpo(
         init, out, rows, stage, settings, funcs, reward_weights, make_rollout_func(rows, spec, fixed),
-        spec.max_new_tokens, seed, trust_remote_code, lora,
+        spec.max_new_tokens, seed, trust_remote_code, lora, context_tokens=spec.max_context,
     )  # fmt: skip

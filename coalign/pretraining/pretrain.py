@@ -30,7 +30,7 @@ from coalign.models.load import load_model, load_tokenizer, make_tiny_model, par
 from coalign.pretraining.corpus import CorpusSettings, build_corpus
 from coalign.pretraining.leakage import leakage_report
 from coalign.pretraining.settings import PretrainConfig
-from coalign.training.common import quiet_transformers
+from coalign.training.common import quiet_transformers, trl_config
 
 BASE_FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")
 HELD_OUT = ("eval_copy", "eval_mixed")  # the held-out sets, as the trainer names their losses: eval_<name>_loss
@@ -200,7 +200,8 @@ def trainer_args(config: PretrainConfig, out: Path) -> SFTConfig:
     """The trainer's settings: packed causal-LM blocks, held-out losses every `eval_steps`, checkpoints to
     resume from."""
     t = config.train
-    return SFTConfig(
+    return trl_config(
+        SFTConfig,
         output_dir=str(out),
         max_steps=t.max_steps,
         per_device_train_batch_size=t.batch_size,

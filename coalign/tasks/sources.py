@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
-from coalign.config import GENERATED_KINDS, DataSource
+from coalign.config import GENERATED_KINDS, DataSettings, DataSource
 from coalign.core.errors import DataError, RunError, SkippedRows
 from coalign.tasks import Task
 from coalign.tasks.gsm8k import load_gsm8k
@@ -60,6 +60,32 @@ def load_source(source: DataSource, skipped: SkippedRows | None = None) -> list[
     if not tasks:
         raise DataError(source.path, None, None, _no_tasks(skipped.errors[before:] if skipped else []), "no tasks")
     return tasks[: source.n] if source.n else tasks
+
+
+FETCHED = {  # the command that writes a kind's files where the paper configs name them
+    "lumos": "coalign data fetch lumos",
+    **{kind: "coalign data fetch eval" for kind in ("gsm8k", "svamp", "strategyqa", "hotpotqa")},
+}
+
+
+def check_files(data: DataSettings, splits: Sequence[str]) -> None:
+    """RunError naming the config key (`data.heldout[0].path`) of the first data file of `splits` that is not
+    there, and a shipped file that is not the original (DataError), before a run folder is made: otherwise a
+    missing test set is found only when the evaluation after training reads it. Rows are checked when loaded."""
+    for split in splits:
+        for i, source in enumerate(getattr(data, split)):
+            for field in ("path", "grounder_path"):
+                path = getattr(source, field)
+                if path is None:
+                    continue
+                if path.as_posix().startswith(PREFIX):
+                    shipped_file(path.as_posix().removeprefix(PREFIX))
+                elif not path.exists():
+                    fetch = f"; `{FETCHED[source.kind]}` downloads its files" if source.kind in FETCHED else ""
+                    raise RunError(
+                        f"data.{split}[{i}].{field}: {path}: no such file or folder (relative paths are from "
+                        f"{Path.cwd()}){fetch}"
+                    )
 
 
 def _no_tasks(errors: list[DataError]) -> str:

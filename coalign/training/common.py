@@ -9,22 +9,27 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from peft import LoraConfig
+from transformers.integrations import deepspeed as hf_deepspeed
 from transformers.utils import logging as hf_logging
+from trl.distributed import DistributedBackend
 
 from coalign.config import DPOSettings, GRPOSettings, LoraSettings, SFTSettings
 from coalign.core import ranks
-from coalign.core.machine import decide_bf16
+from coalign.core.machine import LAUNCHER_PRECISION, decide_bf16
 from coalign.core.runs import atomic_dir
 from coalign.models.load import ADAPTER_CONFIG, is_adapter, load_model
 
 
-def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, seed: int) -> dict:
+def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, seed: int, key: str = "") -> dict:
     """Keyword arguments every TRL trainer config of ours takes (SFT, DPO, GRPO). A config's batch is per
-    optimizer step, however many processes share it (`ranks.batch_split`)."""
-    per_device, accum = ranks.batch_split(settings.batch_size, settings.grad_accum, type(settings).__name__)
+    optimizer step, however many processes share it (`ranks.batch_split`); `key`: the config block `settings`
+    came from (`planner_dpo`), which an error names."""
+    group = settings.num_generations if isinstance(settings, GRPOSettings) else 1
+    per_device, accum = ranks.batch_split(settings.batch_size, settings.grad_accum, key, group)
     bf16 = decide_bf16(settings.bf16, f"{type(settings).__name__}.bf16")
     cpu = not torch.cuda.is_available()
     return dict(
@@ -39,7 +44,9 @@ def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, s
         seed=seed,
         data_seed=seed,
         bf16=bf16,
-        gradient_checkpointing=settings.gradient_checkpointing,  # TRL's default is on; a CPU run has the memory
+        # TRL's default is on; a CPU run has the memory (transformers 5's name: the old one warns)
+        activation_checkpointing=settings.gradient_checkpointing,
+        ddp_find_unused_parameters=False,  # a causal LM uses every trained weight each step: no graph walk, no warning
         dataloader_num_workers=0,
         dataloader_pin_memory=not cpu,
         # bf16 on a CPU (autocast there) and several processes on CPUs (accelerate's DDP over gloo) need use_cpu:
@@ -48,11 +55,11 @@ def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, s
     )
 
 
-def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> dict:
-    """Keyword arguments common to TRL's SFTConfig and DPOConfig."""
+def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int, key: str = "") -> dict:
+    """Keyword arguments common to TRL's SFTConfig and DPOConfig (`key`: as `common_args`)."""
     grouped = getattr(settings, "group_by_length", False)
     return dict(
-        common_args(settings, out, seed),
+        common_args(settings, out, seed, key),
         train_sampling_strategy="group_by_length" if grouped else "random",
         num_train_epochs=settings.epochs,
         weight_decay=settings.weight_decay,
@@ -61,12 +68,37 @@ def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int) -> d
     )
 
 
+TrainerConfig = TypeVar("TrainerConfig")
+
+
+def trl_config(config_class: type[TrainerConfig], **kwargs) -> TrainerConfig:
+    """TRL's `config_class` from our keyword arguments, at their `bf16` whatever the launcher asked for.
+
+    `accelerate launch` exports its config's mixed_precision (LAUNCHER_PRECISION), and transformers' arguments
+    take it where `bf16` is off: a stage at `bf16: false` trained in bf16 autocast under a bf16 launcher config
+    while precision.json said fp32. The variable holds the stage's decision while the arguments are built; they
+    fix the precision the trainer's Accelerator (and a DeepSpeed plugin) is built with."""
+    launched = os.environ.get(LAUNCHER_PRECISION)
+    os.environ[LAUNCHER_PRECISION] = "bf16" if kwargs.get("bf16") else "no"
+    try:
+        return config_class(**kwargs)
+    finally:
+        if launched is None:
+            del os.environ[LAUNCHER_PRECISION]
+        else:
+            os.environ[LAUNCHER_PRECISION] = launched
+
+
 def training_model(init: str | Path, trust_remote_code: bool, lora: LoraSettings | None):
     """The model a stage trains and the `peft_config` its TRL trainer gets (None: train the model as given).
 
     Without `lora`, every weight. With it, a fresh adapter over `init`, except that under `merge: false` an
     adapter folder's own adapter trains on (TRL refuses a PEFT model with a new `peft_config`), so a run's
-    stages build one adapter over one base."""
+    stages build one adapter over one base.
+
+    Call it once the stage's TRL config exists: under accelerate's DeepSpeed ZeRO-3 launch (`zero3_init_flag`)
+    the config's arguments make `from_pretrained` load each process's shard alone (`deepspeed.zero.Init`), and
+    without them every process loads all the weights first."""
     if lora is None:
         return load_model(init, trust_remote_code, dtype="float32"), None
     if not lora.merge and is_adapter(init):
@@ -82,11 +114,12 @@ def training_model(init: str | Path, trust_remote_code: bool, lora: LoraSettings
     return load_model(init, trust_remote_code, "float32", quantize=lora.qlora), config
 
 
-def save_adapter(model, folder: Path) -> None:
+def save_adapter(model, folder: Path, state_dict: dict | None = None) -> None:
     """The trained adapter alone (TRL's DPO and GRPO may hold a frozen `ref` copy beside it), its local base
     recorded relative to `folder` and its target modules sorted, so the folder loads and is the same bytes
-    wherever the run folder is; PEFT's model card, which names the absolute base, is left out."""
-    model.save_pretrained(str(folder), selected_adapters=["default"])
+    wherever the run folder is; PEFT's model card, which names the absolute base, is left out. `state_dict`:
+    the whole PEFT model's weights gathered from every process, where `model` holds a shard of them."""
+    model.save_pretrained(str(folder), selected_adapters=["default"], state_dict=state_dict)
     (folder / "README.md").unlink(missing_ok=True)
     path = folder / ADAPTER_CONFIG
     config = json.loads(path.read_text())
@@ -104,17 +137,56 @@ def save_weights(
     """The trained model's safetensors weights: a LoRA model's adapter alone under `merge: false`, else merged
     into its base. A 4-bit base is loaded again at its own precision to merge into: merged into 4-bit weights
     the update would be rounded, and the checkpoint would load only where bitsandbytes runs. `state_dict`:
-    the whole model's weights gathered from every process (FSDP and ZeRO-3 hold a shard each)."""
+    the whole model's weights gathered from every process (FSDP and ZeRO-3 hold a shard each, so `model`'s own
+    are a shard): a LoRA model's adapter is taken from them and merged into a fresh float32 load of its base,
+    as one process merges it (merging in place would merge shards)."""
     if lora is None:
-        model.save_pretrained(str(folder), state_dict=state_dict)
+        model.save_pretrained(str(folder), state_dict=None if state_dict is None else tied_again(model, state_dict))
     elif not lora.merge:
-        save_adapter(model, folder)
-    elif lora.qlora:
-        save_adapter(model, folder / "adapter")
-        load_model(folder / "adapter", trust_remote_code).save_pretrained(str(folder))
+        save_adapter(model, folder, state_dict)
+    elif lora.qlora or state_dict is not None:
+        save_adapter(model, folder / "adapter", state_dict)
+        with as_one_process():
+            merged = load_model(folder / "adapter", trust_remote_code, "auto" if lora.qlora else "float32")
+        merged.save_pretrained(str(folder))
         shutil.rmtree(folder / "adapter")
     else:
         model.merge_and_unload().save_pretrained(str(folder))
+
+
+def tied_again(model, state_dict: dict) -> dict:
+    """`state_dict` with each set of weights that `model` ties (an LM head that is the input embeddings) one tensor
+    again: gathered from FSDP's shards they are copies, and `save_pretrained`, which drops an alias only where
+    tensors share storage, would save both."""
+    tied = dict(state_dict)
+    first: dict[int, str] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        source = first.setdefault(id(tensor), name)
+        if source != name and source in tied and name in tied:
+            tied[name] = tied[source]
+    return tied
+
+
+@contextmanager
+def as_one_process() -> Iterator[None]:
+    """transformers inside acts as in one process, though a ZeRO-3 trainer config lives (its `TrainingArguments`
+    under accelerate's DeepSpeed launch): `from_pretrained` loads whole rather than partitioned over every process
+    (`deepspeed.zero.Init`), and `generate` decodes alone rather than step by step with every process
+    (`synced_gpus`). Both are collective calls, which a rank at work by itself (the main one loading a base to
+    merge into, each rank's own rollouts) would wait in for ever. transformers keeps the live config in a
+    module-level weak reference."""
+    live = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = live
+
+
+def shards_weights(accelerator) -> bool:
+    """Whether each process holds only a shard of the trained weights (FSDP, DeepSpeed ZeRO-3), as TRL tells."""
+    backend = DistributedBackend(accelerator)
+    return backend.is_zero3 or backend.is_fsdp
 
 
 @contextmanager
@@ -154,10 +226,13 @@ def train_and_save(
     if any("reward" in row for row in rows):
         record["history"] = [row for row in rows if "reward" in row]
     gathered = None
-    if lora is None and ranks.world_size() > 1:  # collective: every rank takes part, the main one saves
-        gathered = trainer.accelerator.get_state_dict(trainer.model)
+    if ranks.world_size() > 1 and (lora is None or shards_weights(trainer.accelerator)):
+        # collective: every rank takes part, the main one saves; from the wrapped model, which under DeepSpeed
+        # is the engine that gathers (`trainer.model` is the module inside it)
+        gathered = trainer.accelerator.get_state_dict(trainer.model_wrapped)
     with atomic_dir(out) as tmp:
-        save_weights(trainer.accelerator.unwrap_model(trainer.model), tmp, lora, trust_remote_code, gathered)
-        tokenizer.save_pretrained(str(tmp))
-        (tmp / "train_log.json").write_text(json.dumps({**record, **log}))
+        if ranks.is_main():  # the others hold an empty gathered state under ZeRO-3 and FSDP
+            save_weights(trainer.accelerator.unwrap_model(trainer.model), tmp, lora, trust_remote_code, gathered)
+            tokenizer.save_pretrained(str(tmp))
+            (tmp / "train_log.json").write_text(json.dumps({**record, **log}))
     return out

@@ -17,7 +17,7 @@ from trl import DPOConfig, DPOTrainer
 from coalign.config import DPOSettings, LoraSettings
 from coalign.core import ranks
 from coalign.models.load import as_text, load_tokenizer, render_prompt
-from coalign.training.common import train_and_save, trainer_args, training_model
+from coalign.training.common import train_and_save, trainer_args, training_model, trl_config
 
 
 def dpo_dataset(tokenizer, triples: Sequence[tuple[str | Sequence[dict[str, str]], str, str]]) -> Dataset:
@@ -54,9 +54,10 @@ def dpo(
     seed: int = 0,
     trust_remote_code: bool = False,
     lora: LoraSettings | None = None,
+    key: str = "",
 ) -> Path:
     """Train the model at `init` (LoRA adapters under `lora`) on (prompt, chosen, rejected) triples; save to
-    `out_dir`.
+    `out_dir`. `key`: the config block of `settings` (`planner_dpo`), named in errors.
 
     A prompt is one user turn, or a conversation so far ending with a user turn (a web task's planner turn,
     MOAT per turn); `models.load.render_prompt` renders both as SFT and generation do."""
@@ -65,14 +66,15 @@ def dpo(
     out = Path(out_dir)
     tokenizer = load_tokenizer(init, trust_remote_code)
     tokenizer.padding_side = "right"
-    model, peft_config = training_model(init, trust_remote_code, lora)
-    data = shared_dataset(dpo_dataset(tokenizer, triples), out / "trainer" / "pairs")
-    config = DPOConfig(
+    config = trl_config(
+        DPOConfig,
         beta=settings.beta,
         loss_type=[settings.loss_type],
         precompute_ref_log_probs=True,
-        **trainer_args(settings, out, seed),
+        **trainer_args(settings, out, seed, key),
     )
+    model, peft_config = training_model(init, trust_remote_code, lora)  # after its config: `training_model`
+    data = shared_dataset(dpo_dataset(tokenizer, triples), out / "trainer" / "pairs")
 
     def trainer() -> DPOTrainer:
         return DPOTrainer(

@@ -21,7 +21,7 @@ from trl.trainer.utils import RepeatSampler
 from coalign.config import GRPOSettings, LoraSettings, Stage
 from coalign.core.errors import RunError
 from coalign.models.load import load_tokenizer
-from coalign.training.common import common_args, train_and_save, training_model
+from coalign.training.common import common_args, train_and_save, training_model, trl_config
 
 
 class EpochSampler(RepeatSampler):
@@ -48,15 +48,25 @@ class StageTrainer(GRPOTrainer):
 
 
 def grpo_config(
-    settings: GRPOSettings, stage: Stage, out: Path, seed: int, reward_weights: list[float], turn_tokens: int
+    settings: GRPOSettings,
+    stage: Stage,
+    out: Path,
+    seed: int,
+    reward_weights: list[float],
+    turn_tokens: int,
+    context_tokens: int | None = None,
 ) -> GRPOConfig:
     """TRL's arguments for one stage from our settings. `turn_tokens`: the rollouts' budget per turn, which
-    is what vLLM generates at most per call (the trainer cuts nothing that a rollout function returns)."""
+    is what vLLM generates at most per call (the trainer cuts nothing that a rollout function returns).
+    `context_tokens`: an episode's whole budget (`pilotrl.max_context`: a turn is written only where its context
+    and its tokens fit in it), so the longest sequence vLLM holds; unset, vLLM takes the model's own limit
+    (131,072 tokens for Llama-3.1), whose KV cache a colocated engine's share of the GPU cannot hold."""
     vllm = settings.generation != "hf"
     if vllm and importlib.util.find_spec("vllm") is None:
         raise RunError(f"rl.generation: {settings.generation} needs vLLM (pip install vllm, on a GPU machine)")
-    return GRPOConfig(
-        **common_args(settings, out, seed),
+    return trl_config(
+        GRPOConfig,
+        **common_args(settings, out, seed, "pilotrl.rl"),
         reward_weights=reward_weights,
         num_train_epochs=settings.stage_epochs(stage.name),
         num_generations=settings.num_generations,
@@ -74,6 +84,7 @@ def grpo_config(
             {
                 "vllm_mode": settings.generation.removeprefix("vllm_"),
                 "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+                "vllm_max_model_length": context_tokens,
                 "vllm_enable_sleep_mode": False,
                 # the rollout returns no sampling log-probs (logprobs None): TRL's correction would subtract None
                 "vllm_importance_sampling_correction": False,
@@ -98,16 +109,17 @@ def train_grpo(
     seed: int = 0,
     trust_remote_code: bool = False,
     lora: LoraSettings | None = None,
+    context_tokens: int | None = None,
 ) -> Path:
     """Train the model at `init` (LoRA adapters under `lora`) by GRPO on the prompts of `rows`, each one's
-    completions from `rollout_func` (at most `turn_tokens` per generation call), scored by `reward_funcs`
-    weighted by `reward_weights`; save it to `out`."""
+    completions from `rollout_func` (at most `turn_tokens` per generation call, `context_tokens` per episode),
+    scored by `reward_funcs` weighted by `reward_weights`; save it to `out`."""
     out = Path(out)
     if not rows:
         raise ValueError(f"no training tasks for {out}: the dataset is empty")
     tokenizer = load_tokenizer(init, trust_remote_code)
-    model, peft_config = training_model(init, trust_remote_code, lora)
-    config = grpo_config(settings, stage, out, seed, reward_weights, turn_tokens)
+    config = grpo_config(settings, stage, out, seed, reward_weights, turn_tokens, context_tokens)
+    model, peft_config = training_model(init, trust_remote_code, lora)  # after its config: `training_model`
 
     def trainer() -> GRPOTrainer:
         return StageTrainer(

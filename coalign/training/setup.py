@@ -5,29 +5,42 @@ what a trained checkpoint depends on (`training_settings`), recorded with each t
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import yaml
 from pydantic import BaseModel
 from rich.console import Console
 
-from coalign.config import LoraSettings, RunConfig, config_changes, config_to_yaml
+from coalign.config import GRPOSettings, LoraSettings, RunConfig, config_changes, config_to_yaml
+from coalign.core import ranks
 from coalign.core.errors import RunError
 from coalign.core.machine import decide_bf16, precision_record
 from coalign.core.runs import Run, atomic_write_text, read_json, value_digest, write_json
 from coalign.models.backends import VLLM_MISSING
+from coalign.tasks.sources import check_files
+
+# Settings an evaluation of a finished run may set without changing what the run trained: who writes the text.
+EVALUATION_ONLY = ("generation",)
 
 
-def record_config(run: Run, config: RunConfig, force: bool = False) -> None:
+def record_config(run: Run, config: RunConfig, force: bool = False, trains: bool = True) -> None:
     """Save the run's config. A run folder holding a different one is refused, naming the keys that differ,
     unless `force`: then the old config is kept in `config.history/` and finished stages stay finished, but
-    for those whose own settings changed (`Run.stage`)."""
+    for those whose own settings changed (`Run.stage`). A folder with no finished stage (a start that failed)
+    takes the new config as it is: nothing in it was made under the old one. A run that does not train (an
+    evaluation of its checkpoints) may differ in `EVALUATION_ONLY` settings, and leaves the saved config as
+    training wrote it."""
     text, saved = config_to_yaml(config), run.path("config.yaml")
     old = saved.read_text() if saved.exists() else None
-    if old == text:
+    if old == text or (old is not None and not trains and _same_training(old, text)):
         return
-    changes = config_changes(old, text) if old is not None else []
+    finished = any(run.path("stages").glob("*.json"))  # none: a start that failed, nothing made under `old`
+    changes = config_changes(old, text) if old is not None and finished else []
     if changes and not force:
         listed = "".join(f"\n  {line}" for line in changes)
         raise SystemExit(
@@ -44,11 +57,15 @@ def record_config(run: Run, config: RunConfig, force: bool = False) -> None:
 
 
 def check_generation(config: RunConfig, trains: bool) -> None:
-    """RunError before any work for a generation backend the run cannot use: vLLM not installed, or a server
-    for a run that `trains` (it changes the models it generates with every stage, a server holds one)."""
+    """RunError before any work for a generation backend the run cannot use: vLLM not installed (for generation, or
+    for the rollouts of pilotrl's GRPO stages, which start after its SFT), or a server for a run that `trains` (it
+    changes the models it generates with every stage, a server holds one)."""
     backend = config.generation.backend if config.generation else "hf"
     if backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise RunError(VLLM_MISSING)
+    rl = config.pilotrl.rl if config.recipe == "pilotrl" and trains else None
+    if rl is not None and rl.generation != "hf" and importlib.util.find_spec("vllm") is None:
+        raise RunError(f"pilotrl.rl.generation: {rl.generation} needs vLLM (pip install vllm, on a GPU machine)")
     if backend == "openai" and trains:
         raise RunError(
             "generation.backend openai generates with the checkpoints servers hold, but this run trains the planner "
@@ -67,8 +84,13 @@ def decide_precision(config: RunConfig) -> dict[str, bool]:
 
 
 def inference_bf16(config: RunConfig) -> bool:
-    """Whether the run's generation and scoring load their models in bf16: the run's own `bf16` decided."""
-    return decide_bf16(config.bf16 or False, "bf16")
+    """Whether the run's generation and scoring load their models in bf16: the run's own `bf16` decided, or without
+    one, bf16 where any training stage trains in bf16. The agents are then models trained on a bf16 machine: in
+    fp32 two 7B ones took ~56 GB a GPU (issue 55). A config whose stages all train in fp32 (the tiny ones) infers
+    in fp32, as before, so its results do not move."""
+    if config.bf16 is not None:
+        return decide_bf16(config.bf16, "bf16")
+    return any(decide_bf16(s.bf16, f"{name}.bf16") for name, s in config.stage_settings().items())
 
 
 def inference_settings(config: RunConfig) -> dict:
@@ -77,15 +99,72 @@ def inference_settings(config: RunConfig) -> dict:
     return {"bf16": True} if inference_bf16(config) else {}
 
 
+def _same_training(old_yaml: str, new_yaml: str) -> bool:
+    """Whether two saved configs differ in `EVALUATION_ONLY` settings alone."""
+    old, new = yaml.safe_load(old_yaml), yaml.safe_load(new_yaml)
+    for name in EVALUATION_ONLY:
+        old.pop(name, None)
+        new.pop(name, None)
+    return old == new
+
+
+def trained_stages(config: RunConfig) -> dict[str, BaseModel]:
+    """The settings blocks, by config key (`RunConfig.stage_settings`), of the stages `config.recipe` trains:
+    pilotrl's SFT and GRPO stages; both agents' SFT for lumos, and for moat also its rounds' DPO and grounder SFT
+    where its stage 1 and 2 are on. (The bench's matched rounds, `planner_round_sft`, run in one process.)"""
+    stages = config.stage_settings()
+    if config.recipe == "pilotrl":
+        return {key: settings for key, settings in stages.items() if key.startswith("pilotrl.")}
+    keys = ["planner_sft", "grounder_sft"]
+    if config.recipe == "moat":
+        keys += ["planner_dpo"] * config.moat.stage1 + ["grounder_round_sft"] * config.moat.stage2
+    return {key: stages[key] for key in keys}
+
+
+def check_batches(config: RunConfig) -> None:
+    """RunError, naming the config keys, when a stage's batch per optimizer step cannot be shared by this launch's
+    processes (`ranks.batch_split`): found here, before any work, rather than when that stage starts, hours in."""
+    for key, settings in trained_stages(config).items():
+        group = settings.num_generations if isinstance(settings, GRPOSettings) else 1
+        ranks.batch_split(settings.batch_size, settings.grad_accum, key, group)
+
+
+def check_start(config: RunConfig, trains: bool) -> None:
+    """Every check of a run's inputs that needs no run folder: the training batches (`check_batches`) and the data
+    files a run reads (`sources.check_files`; one that only evaluates reads no training set)."""
+    if trains:
+        check_batches(config)
+    if config.data is not None:
+        check_files(config.data, ("train", "heldin", "heldout") if trains else ("heldin", "heldout"))
+
+
+@contextmanager
+def removed_if_failed(folder: str | Path) -> Iterator[None]:
+    """A folder that a call makes (`coalign eval` into eval-<time>/, and any folder above it that it makes)
+    removed again when the call fails before any stage in it finished, so a failed try (a server that is not up)
+    leaves no folder behind."""
+    folder = Path(folder)
+    made = next((p for p in [*reversed(folder.parents), folder] if not p.exists()), None)  # the topmost new one
+    try:
+        yield
+    except BaseException:
+        if made is not None and ranks.is_main() and not any(folder.glob("stages/*.json")):
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+
+
 def prepare_run(
     config: RunConfig, run_dir: str | Path, console: Console, force: bool = False, trains: bool = True
 ) -> Run:
-    """Open the run folder and record its config (see `record_config` for a changed one); `trains` False for
-    a run that only evaluates given checkpoints (`check_generation`)."""
+    """Check the run can go, then open the run folder and record its config (see `record_config` for a changed
+    one); `trains` False for a run that only evaluates checkpoints (`check_generation`, `check_start`). Every
+    check runs before anything is written, so a start that fails one leaves no run folder."""
     check_generation(config, trains)
     decided = decide_precision(config)
+    check_start(config, trains)
     run = Run(run_dir)
-    record_config(run, config, force)
+    run.check_shared()  # under a launcher: every rank sees the folder rank 0 writes, or all stop
+    record_config(run, config, force, trains)
     record, path = precision_record(decided), run.path("precision.json")
     try:
         kept = read_json(path) == record  # a resume on the same machine writes nothing

@@ -17,7 +17,7 @@ from trl import SFTConfig, SFTTrainer
 from coalign.config import LoraSettings, SFTSettings
 from coalign.models.load import as_text, load_tokenizer, render_prompt
 from coalign.models.turns import encode
-from coalign.training.common import train_and_save, trainer_args, training_model
+from coalign.training.common import train_and_save, trainer_args, training_model, trl_config
 
 
 def sft_dataset(tokenizer, examples: Sequence[tuple[str, str]]) -> Dataset:
@@ -39,13 +39,14 @@ def sft(
     seed: int = 0,
     trust_remote_code: bool = False,
     lora: LoraSettings | None = None,
+    key: str = "",
 ) -> Path:
     """Fine-tune the model at `init` on `examples` (LoRA adapters under `lora`); save model and tokenizer to
-    `out_dir`."""
+    `out_dir`. `key`: the config block of `settings` (`grounder_sft`), named in errors."""
     if not examples:
         raise ValueError(f"no training examples for {out_dir}: the dataset is empty")
     return _fit(
-        init, lambda tokenizer: sft_dataset(tokenizer, examples), out_dir, settings, seed, trust_remote_code, lora
+        init, lambda tokenizer: sft_dataset(tokenizer, examples), out_dir, settings, seed, trust_remote_code, lora, key
     )
 
 
@@ -77,14 +78,21 @@ class LogitsLossSFTTrainer(SFTTrainer):
 
 
 def _fit(
-    init, make_data, out_dir, settings: SFTSettings, seed: int, trust_remote_code: bool, lora: LoraSettings | None
+    init,
+    make_data,
+    out_dir,
+    settings: SFTSettings,
+    seed: int,
+    trust_remote_code: bool,
+    lora: LoraSettings | None,
+    key: str,
 ) -> Path:
     """TRL's SFTTrainer with the loss on completions only, over the dataset `make_data(tokenizer)`."""
     out = Path(out_dir)
     tokenizer = load_tokenizer(init, trust_remote_code)
     tokenizer.padding_side = "right"
-    model, peft_config = training_model(init, trust_remote_code, lora)
-    config = SFTConfig(completion_only_loss=True, **trainer_args(settings, out, seed))
+    config = trl_config(SFTConfig, completion_only_loss=True, **trainer_args(settings, out, seed, key))
+    model, peft_config = training_model(init, trust_remote_code, lora)  # after its config: `training_model`
     data = make_data(tokenizer)
 
     def trainer() -> SFTTrainer:
@@ -114,9 +122,10 @@ def sft_conversations(
     seed: int = 0,
     trust_remote_code: bool = False,
     lora: LoraSettings | None = None,
+    key: str = "",
 ) -> Path:
     """Fine-tune the model at `init` on whole conversations (an agent's episodes: its turns trained,
-    observations masked; LoRA adapters under `lora`); save model and tokenizer to `out_dir`."""
+    observations masked; LoRA adapters under `lora`); save model and tokenizer to `out_dir`. `key`: as `sft`."""
     if not conversations:
         raise ValueError(f"no training conversations for {out_dir}: the dataset is empty")
     return _fit(
@@ -127,4 +136,5 @@ def sft_conversations(
         seed,
         trust_remote_code,
         lora,
+        key,
     )

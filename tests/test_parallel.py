@@ -1,0 +1,120 @@
+"""Jobs side by side on a GPU machine, each process on GPUs of its own, and jobs launched as several processes
+(`coalign bench --procs-per-job`), which write what the same jobs write in one process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from coalign.cli import _default_workers, app
+from coalign.config import config_to_yaml, load_config
+from coalign.core import parallel
+from coalign.core.errors import RunError
+from coalign.core.parallel import Job, gpu_slots, launches, run_jobs
+from coalign.moat.bench import run_bench
+from tests.jobs import boom, devices_beside_another, rank_and_size
+from tests.test_moat import MOAT
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    """Pretend this machine has `n` GPUs."""
+
+    def have(n: int) -> None:
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+
+    return have
+
+
+def test_each_side_by_side_process_gets_gpus_of_its_own(gpus, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpus(8)
+    assert gpu_slots(8, 1) == [str(i) for i in range(8)]
+    assert gpu_slots(4, 2) == ["0,1", "2,3", "4,5", "6,7"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,GPU-abc")  # what the machine's owner left visible
+    gpus(3)
+    assert gpu_slots(2, 1) == ["3", "5"]
+    assert gpu_slots(4, 1) == ["3", "5", "GPU-abc", "3"]  # more workers than GPUs: shared in turn
+    with pytest.raises(RunError, match="2 processes per job need 2 GPUs each; this machine shows 1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+        gpus(1)
+        gpu_slots(1, 2)
+    gpus(0)
+    assert gpu_slots(4, 1) == []
+
+
+def test_a_bench_defaults_to_a_job_per_gpu(gpus, monkeypatch):
+    """A GPU machine runs one job per GPU (or per `--procs-per-job` GPUs), not one job with the rest idle; a CPU
+    machine one per core."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpus(7)
+    assert (_default_workers(), _default_workers(2), _default_workers(8)) == (7, 3, 1)
+    gpus(0)
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert (_default_workers(), _default_workers(2)) == (16, 8)
+
+
+def test_jobs_side_by_side_run_on_different_gpus(gpus, monkeypatch, tmp_path):
+    """Each worker process sets its CUDA_VISIBLE_DEVICES before its jobs start CUDA: two jobs running at once see
+    different GPUs of those visible (here indices 3 and 5 of the machine's)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    gpus(2)
+    jobs = [Job(f"g{i}", devices_beside_another, (tmp_path, f"g{i}"), tmp_path.parent / f"g{i}.log") for i in range(2)]
+    assert sorted(run_jobs(jobs, workers=2, desc="gpus")) == ["3", "5"]
+
+
+def test_a_job_launched_as_two_processes_runs_on_both_and_returns_the_main_one_s_result(tmp_path):
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    with launches(2):
+        assert run_jobs([Job("ranks", rank_and_size, (ran,))], workers=1, desc="launched") == [("0", "2")]
+        with pytest.raises(RuntimeError, match=r"job bad failed: its 2 processes .* exited with code 1 \(log: "):
+            run_jobs([Job("bad", boom, (), tmp_path / "bad.log"), Job("ok", rank_and_size, (ran,))], 2, "launched")
+    assert sorted(p.name for p in ran.iterdir()) == ["rank0-of-2", "rank1-of-2"]  # both ranks ran it
+    assert "ValueError: bad job" in (tmp_path / "bad.log").read_text()  # the ranks' output: the job's log
+
+
+def _shape(value):
+    """A results tree with its numbers left out: which keys hold what."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items() if k not in ("wall_seconds", "machine")}
+    return type(value).__name__
+
+
+@pytest.mark.slow
+def test_a_bench_of_jobs_launched_as_two_processes_writes_what_one_process_writes(tmp_path: Path, monkeypatch):
+    """`coalign bench --procs-per-job 2`: the cold start's SFT and evaluation and the matched Lumos baseline's
+    rounds each run as a 2-process launch (gloo here), into the run folders, stages and results one process
+    writes."""
+    launches_made = []
+
+    def run(command, **kwargs):
+        launches_made.append(command[command.index("--nproc_per_node") + 1])
+        return subprocess.run(command, **kwargs)
+
+    monkeypatch.setattr(parallel, "subprocess", SimpleNamespace(run=run))
+    config = load_config("tiny", {**MOAT, "name": "launched"})
+    one, two = tmp_path / "one", tmp_path / "two"
+    alone = run_bench(config, one, [0], ["lumos"], workers=1, console=Console(quiet=True))
+    path = tmp_path / "bench.yaml"
+    path.write_text(config_to_yaml(config))
+    args = ["bench", str(path), "--run-dir", str(two), "--seeds", "0", "--recipes", "lumos", "--workers", "1"]
+    result = CliRunner().invoke(app, [*args, "--procs-per-job", "2"])
+    assert result.exit_code == 0, result.output
+    assert launches_made == ["2"] * 4  # the grounder's and the planner's SFT, round 0's evaluation, the rounds
+    launched = json.loads((two / "results.json").read_text())
+    assert _shape(launched) == _shape(alone)
+    for run in ("cold_start", "lumos"):
+        stages = [sorted(p.name for p in (root / "seed0" / run / "stages").iterdir()) for root in (one, two)]
+        assert stages[0] == stages[1] and stages[0], run
+    written = [sorted(str(p.relative_to(root)) for p in root.rglob("*") if "checkpoints" not in p.parts)
+               for root in (one, two)]  # fmt: skip
+    assert written[0] == written[1]
