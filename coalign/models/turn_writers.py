@@ -99,6 +99,15 @@ def supports(model) -> bool:
     return all(type(layer) is DynamicLayer for layer in dynamic) and all(type(la) is StaticLayer for la in static)
 
 
+def generated_by(model) -> torch.nn.Module:
+    """The module whose forward `model.generate` runs: a PEFT model's base model (its adapter layers in place),
+    not the PEFT model, whose own forward its `generate` skips. That skipped forward is the one a trainer's mixed
+    precision wraps in autocast (accelerate's `prepare`), so a prefill through it computes bf16 values where the
+    turn's decoding computes fp32 ones, and the two cannot share one cache (a static cache's one dtype)."""
+    base_model = getattr(model, "get_base_model", None)
+    return base_model() if callable(base_model) else model
+
+
 class PrefixCachedWriter:
     """A turn writer (`TurnWriter`) that keeps its episodes' caches, at most `max_bytes` of them (the
     least recently used go first). `prefilled` and `reused` count context tokens computed and served from a
@@ -106,6 +115,7 @@ class PrefixCachedWriter:
 
     def __init__(self, model, tokenizer, max_bytes: int = 2 << 30):
         self.model, self.tokenizer, self.max_bytes = model, tokenizer, max_bytes
+        self.network = generated_by(model)  # the prefill's forward: the one `generate` runs
         self.entries: OrderedDict[int, Entry] = OrderedDict()
         self._next_key, self._bytes = 0, 0
         self.prefilled = 0
@@ -161,7 +171,7 @@ class PrefixCachedWriter:
             cache.update(k[None], v[None], index)
         rest = torch.tensor([ids[start:]], device=self.model.device)
         positions = torch.arange(start, len(ids), device=self.model.device)[None]
-        self.model(input_ids=rest, position_ids=positions, cache=cache, use_cache=True)
+        self.network(input_ids=rest, position_ids=positions, cache=cache, use_cache=True)
         self.prefilled += len(ids) - start
         entry = Entry(ids, [(layer.keys[0], layer.values[0]) for layer in cache.layers])
         used.add(self._keep(entry))  # superseded by the turn's entry once written
