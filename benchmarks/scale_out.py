@@ -61,6 +61,16 @@ CONFIGS: dict[str, tuple[str, dict]] = {
                     "rl": {"tasks": 1, "num_generations": 2, "batch_size": 4, "grad_accum": 1,
                            "epochs": {"planner": 1.0}}},
     }),
+    # ReAct + GRPO (Vanilla RL): at this size its groups have reward variance, so its GRPO steps train
+    "pilotrl-vanilla": ("tiny-pilotrl", {
+        "name": "scale-pilotrl-vanilla", "threads": 1,
+        "pilotrl": {"heldin": ["household", "wordle"], "heldout": ["maze"], "train_tasks": 16, "eval_tasks": 4,
+                    "train_update_every": [1], "eval_update_every": [1], "max_new_tokens": 96,
+                    "max_context": 1024, "batch_size": 16, "mode": "react",
+                    "sft": {"epochs": 2, "batch_size": 2, "grad_accum": 2, "max_length": 4096},
+                    "rl": {"order": ["vanilla"], "tasks": 2, "num_generations": 4, "batch_size": 4, "grad_accum": 2,
+                           "epochs": {"vanilla": 1.0}}},
+    }),
 }  # fmt: skip
 LAYOUTS = {"1 process": (1, 1), "2 processes": (1, 2), "2 nodes x 2": (2, 2)}
 

@@ -12,6 +12,7 @@ One process (no `WORLD_SIZE` above 1 in the environment) never touches torch.dis
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -53,7 +54,17 @@ def _group():
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    atexit.register(_close)
     return dist
+
+
+def _close() -> None:
+    """The process group closed before the interpreter exits: left to die with it, gloo's threads can abort the
+    process ("terminate called without an active exception"), which the launcher then reports as a failed rank."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def barrier() -> None:
