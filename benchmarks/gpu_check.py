@@ -79,7 +79,14 @@ from coalign.formats.lumos import lumos_generation_prompt
 from coalign.moat.sft_data import grounder_pair
 from coalign.models.agents import Agent
 from coalign.models.backends import HFBackend, VLLMBackend
-from coalign.models.load import load_model, load_tokenizer, make_tiny_model, parameter_count, render_prompt
+from coalign.models.load import (
+    llama_sizes,
+    load_model,
+    load_tokenizer,
+    make_tiny_model,
+    parameter_count,
+    render_prompt,
+)
 from coalign.registry import load_config
 from coalign.tasks.maths_suite import generate_suite
 from coalign.training.common import quiet_transformers, trainer_args, training_model
@@ -147,19 +154,10 @@ def random_llama(folder: Path, shape: TinySpec) -> Path:
     make_tiny_model(texts, folder, least)  # the config; its small tokenizer is replaced next
     standard_grounder(texts, folder, least, vocab_size=shape.vocab_size)
     config = LlamaConfig.from_pretrained(folder)
-    config.update(_llama_sizes(shape))
+    config.update(llama_sizes(shape))
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if bf16() else torch.float32).save_pretrained(folder)
     return folder
-
-
-def _llama_sizes(shape: TinySpec) -> dict:
-    """LlamaConfig's names for the sizes of `shape` but its vocabulary (its tokenizer's)."""
-    return {
-        "hidden_size": shape.hidden_size, "intermediate_size": shape.intermediate_size,
-        "num_hidden_layers": shape.num_layers, "num_attention_heads": shape.num_heads,
-        "num_key_value_heads": shape.num_kv_heads, "max_position_embeddings": shape.max_positions,
-    }  # fmt: skip
 
 
 def _prompts(tokenizer, args: argparse.Namespace) -> list[str]:
@@ -402,7 +400,7 @@ def kept_checkpoints(config: RunConfig) -> int:
 
 def _parameters(shape: TinySpec) -> int:
     """Parameters of a Llama of `shape` as `random_llama` makes it (embeddings tied), counted on no device."""
-    config = LlamaConfig(vocab_size=shape.vocab_size, tie_word_embeddings=True, **_llama_sizes(shape))
+    config = LlamaConfig(vocab_size=shape.vocab_size, tie_word_embeddings=True, **llama_sizes(shape))
     with torch.device("meta"):
         return parameter_count(LlamaForCausalLM(config))
 

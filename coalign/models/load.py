@@ -81,6 +81,18 @@ def train_tokenizer(
     )
 
 
+def llama_sizes(spec: TinySpec) -> dict:
+    """LlamaConfig's names for the sizes of `spec` but its vocabulary (its tokenizer's)."""
+    return {
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "max_position_embeddings": spec.max_positions,
+    }
+
+
 def make_tiny_model(
     texts: Iterable[str],
     out_dir: str | Path,
@@ -93,12 +105,7 @@ def make_tiny_model(
     tokenizer = train_tokenizer(texts, spec.vocab_size, digits, words)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads,
-        max_position_embeddings=spec.max_positions,
+        **llama_sizes(spec),
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,

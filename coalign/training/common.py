@@ -28,8 +28,7 @@ def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, s
     """Keyword arguments every TRL trainer config of ours takes (SFT, DPO, GRPO). A config's batch is per
     optimizer step, however many processes share it (`ranks.batch_split`); `key`: the config block `settings`
     came from (`planner_dpo`), which an error names."""
-    group = settings.num_generations if isinstance(settings, GRPOSettings) else 1
-    per_device, accum = ranks.batch_split(settings.batch_size, settings.grad_accum, key, group)
+    per_device, accum = stage_batch(settings, key)
     bf16 = decide_bf16(settings.bf16, f"{type(settings).__name__}.bf16")
     cpu = not torch.cuda.is_available()
     return dict(
@@ -53,6 +52,13 @@ def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, s
         # without it transformers refuses bf16 where there is no GPU
         **({"use_cpu": True} if cpu and (bf16 or ranks.world_size() > 1) else {}),
     )
+
+
+def stage_batch(settings: SFTSettings | DPOSettings | GRPOSettings, key: str = "") -> tuple[int, int]:
+    """(per-process batch, accumulation) of a training stage's settings under this launch (`ranks.batch_split`;
+    a GRPO step's examples stay whole groups of `num_generations`); `key`: its config block, named in errors."""
+    group = settings.num_generations if isinstance(settings, GRPOSettings) else 1
+    return ranks.batch_split(settings.batch_size, settings.grad_accum, key, group)
 
 
 def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int, key: str = "") -> dict:

@@ -16,13 +16,14 @@ import yaml
 from pydantic import BaseModel
 from rich.console import Console
 
-from coalign.config import GRPOSettings, LoraSettings, RunConfig, config_changes, config_to_yaml
+from coalign.config import LoraSettings, RunConfig, config_changes, config_to_yaml
 from coalign.core import ranks
 from coalign.core.errors import RunError
 from coalign.core.machine import decide_bf16, precision_record
 from coalign.core.runs import Run, atomic_write_text, read_json, value_digest, write_json
 from coalign.models.backends import VLLM_MISSING
 from coalign.tasks.sources import check_files
+from coalign.training.common import stage_batch
 
 # Settings an evaluation of a finished run may set without changing what the run trained: who writes the text.
 EVALUATION_ONLY = ("generation",)
@@ -125,8 +126,7 @@ def check_batches(config: RunConfig) -> None:
     """RunError, naming the config keys, when a stage's batch per optimizer step cannot be shared by this launch's
     processes (`ranks.batch_split`): found here, before any work, rather than when that stage starts, hours in."""
     for key, settings in trained_stages(config).items():
-        group = settings.num_generations if isinstance(settings, GRPOSettings) else 1
-        ranks.batch_split(settings.batch_size, settings.grad_accum, key, group)
+        stage_batch(settings, key)
 
 
 def check_start(config: RunConfig, trains: bool) -> None:
