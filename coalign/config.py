@@ -548,8 +548,9 @@ BACKEND_SETTINGS = {
 
 
 class GenerationSettings(Settings):
-    """Who writes the planner's and grounder's text in the lumos and moat recipes and `coalign eval`
-    (`backends`): `hf`, the model's own generate; `vllm`, vLLM's offline engine (a GPU); `openai`, finished
+    """Who writes the planner's and grounder's text in the lumos and moat recipes and `coalign eval`, and
+    pilotrl's evaluation episodes (`backends`): `hf`, the model's own generate; `vllm`, vLLM's offline engine (a
+    GPU, or a CPU with vLLM's CPU build); `openai`, finished
     checkpoints on OpenAI-compatible servers (`vllm serve`, SGLang), for `coalign eval` only, since a run that
     trains changes its models every stage. Each option belongs to one backend; another's, set off its default, is
     refused."""
@@ -654,9 +655,10 @@ class RunConfig(Settings):
     def _generation_fits(self) -> "RunConfig":
         if self.generation is None:
             return self
-        if self.recipe == "pilotrl":
+        if self.recipe == "pilotrl" and self.generation.backend == "openai":
             raise ValueError(
-                "generation applies to the lumos and moat recipes; pilotrl's rollouts are pilotrl.rl.generation"
+                "generation.backend openai: pilotrl's episodes are written token by token, a server's completions "
+                "are text; pilotrl evaluates with hf or vllm (its GRPO rollouts: pilotrl.rl.generation)"
             )
         if self.generation.backend == "vllm" and self.lora is not None and not self.lora.merge:
             raise ValueError("generation.backend vllm loads whole models; with it, set lora.merge: true")

@@ -22,6 +22,7 @@ from coalign.moat.sft_data import tokenizer_texts
 from coalign.models.agents import Agent, generate
 from coalign.models.backends import OpenAIBackend, VLLMBackend, make_backend
 from coalign.models.load import load_model, load_tokenizer, make_tiny_model, render_prompt
+from coalign.models.vllm_engine import engine_options
 from coalign.tasks.sources import load_sources
 from coalign.training.setup import check_generation
 from tests.fault_server import KEY, Reply, Server
@@ -149,7 +150,7 @@ def fake_vllm(monkeypatch):
 
 def test_vllm_missing_is_a_clear_error_before_any_work(tiny, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` fails, as where it is not installed
-    with pytest.raises(RunError, match=r"needs vLLM .*pip install"):
+    with pytest.raises(RunError, match=r"needs vLLM: .*pip install"):
         Agent.load(str(tiny), generation=GenerationSettings(backend="vllm"))
     config = load_config("tiny", {**TINY, "generation": {"backend": "vllm"}})
     with pytest.raises(RunError, match="needs vLLM"):
@@ -177,11 +178,7 @@ def test_pilotrl_rollouts_on_vllm_without_it_stop_the_run_before_its_folder(tmp_
 def test_vllm_asks_for_k_candidates_in_one_call_with_prefix_caching(tiny, fake_vllm):
     settings = GenerationSettings(backend="vllm", gpu_memory_utilization=0.3)
     agent = Agent.load(str(tiny), generation=settings, role="planner")
-    assert isinstance(agent.backend, VLLMBackend)
-    assert FakeLLM.made == [
-        dict(model=str(tiny), tokenizer=str(tiny), trust_remote_code=False, enable_prefix_caching=True,
-             gpu_memory_utilization=0.3)
-    ]  # fmt: skip
+    assert isinstance(agent.backend, VLLMBackend) and FakeLLM.made == []  # started by the first generation
     torch.manual_seed(3)
     got = generate(agent, USERS, 9, batch_size=2, num_return_sequences=4, temperature=0.8, top_p=0.9, progress=False)
     ((prompts, params, tqdm),) = FakeLLM.calls
@@ -192,6 +189,10 @@ def test_vllm_asks_for_k_candidates_in_one_call_with_prefix_caching(tiny, fake_v
     eos = agent.tokenizer.eos_token_id
     assert all(p.kwargs == dict(n=4, max_tokens=9, temperature=0.8, top_p=0.9, stop_token_ids=[eos]) for p in params)
     assert got == [[f"{len(p)}:{i}:{seed + 4 * j + i}" for i in range(4)] for j, p in enumerate(prompts)]  # by index
+    assert FakeLLM.made == [
+        dict(model=str(tiny), tokenizer=str(tiny), trust_remote_code=False, enable_prefix_caching=True,
+             gpu_memory_utilization=0.3, **engine_options(tiny, bf16=False))
+    ]  # fmt: skip
     greedy = agent.backend.sampling_params(9, 1, 0.0, 0.9, seed).kwargs
     assert (greedy["temperature"], greedy["top_p"], greedy["seed"]) == (0.0, 1.0, None)
 
@@ -201,11 +202,14 @@ def test_vllm_under_a_launcher_puts_one_engine_on_each_rank_s_gpu(tiny, fake_vll
     instead of all on cuda:0, with the same engine seed on every rank."""
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    VLLMBackend(str(tiny), load_tokenizer(tiny), False, 0.3)
+    assert VLLMBackend(str(tiny), load_tokenizer(tiny), False, 0.3, bf16=True).llm is not None
     assert FakeLLM.made == [
         dict(model=str(tiny), tokenizer=str(tiny), trust_remote_code=False, enable_prefix_caching=True,
-             gpu_memory_utilization=0.3, distributed_executor_backend="external_launcher", seed=0)
+             gpu_memory_utilization=0.3, distributed_executor_backend="external_launcher", seed=0,
+             **engine_options(tiny, bf16=True))
     ]  # fmt: skip
+    assert engine_options(tiny, bf16=True)["dtype"] == "bfloat16"
+    assert engine_options(tiny, bf16=False)["dtype"] == "float32"  # as saved: vLLM's "auto" would take 16 bits
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
@@ -413,8 +417,9 @@ def test_training_with_a_server_is_refused_before_any_work(tmp_path):
     result = CliRunner().invoke(app, ["train", _yaml(tmp_path, config), "--run-dir", str(tmp_path / "run")])
     assert result.exit_code == 2 and "coalign eval --planner P --grounder G" in result.output
     assert not (tmp_path / "run").exists()
-    with pytest.raises(ConfigError, match="pilotrl.rl.generation"):
-        load_config("tiny-pilotrl", {"generation": {"backend": "vllm"}})
+    with pytest.raises(ConfigError, match="pilotrl's episodes are written token by token"):
+        load_config("tiny-pilotrl", {"generation": generation})
+    assert load_config("tiny-pilotrl", {"generation": {"backend": "vllm"}}).generation.backend == "vllm"
 
 
 # --------------------------------------------------------------------------- coalign eval on loopback

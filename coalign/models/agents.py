@@ -44,7 +44,7 @@ class Agent:
         (stage 1's rewards, grounding PPL) needs its likelihoods, which no backend here gives. `bf16`: its
         weights in bf16 (the run's decision, `training.setup.inference_bf16`), else as saved."""
         tokenizer = load_tokenizer(path, trust_remote_code)
-        backend = make_backend(generation, str(path), role, tokenizer, trust_remote_code)
+        backend = make_backend(generation, str(path), role, tokenizer, trust_remote_code, bf16)
         model = load_model(path, trust_remote_code=trust_remote_code, dtype="bfloat16" if bf16 else "auto")
         return cls(model.to(inference_device()), tokenizer, backend)
 

@@ -3,11 +3,14 @@ engine and an OpenAI-compatible server.
 
 A backend completes *rendered* prompts (the text `load.render_prompt` makes, once, in `agents.generate`), so
 all three continue the same string, and returns `n` stripped completions per prompt, in input order. The
-config's `generation` block picks one for the lumos and moat recipes and `coalign eval` (`make_backend`):
+config's `generation` block picks one for the lumos and moat recipes, pilotrl's evaluation and `coalign eval`
+(`make_backend`):
 
-- `hf` (default): batched `model.generate`, exactly as coalign always generated.
-- `vllm`: the checkpoint in vLLM's engine (a GPU), every prompt in one call with its `n` candidates as one
-  request, prefix caching on, so a task's K samples and prompts sharing a prefix reuse its KV cache.
+- `hf` (default): batched `model.generate`.
+- `vllm`: the checkpoint in vLLM's engine (`vllm_engine`: a GPU, or a CPU with vLLM's CPU build), every
+  prompt in one call with its `n` candidates as one request, prefix caching on, so a task's K samples and
+  prompts sharing a prefix reuse its KV cache. PilotRL's episodes take their turns from it as token ids
+  (`VLLMBackend.turns`).
 - `openai`: a server's `/completions` (`vllm serve`, SGLang) through the LLM critic's HTTP client. A server
   holds one fixed checkpoint while a training run changes its models every stage, so runs that train refuse
   it (`training.setup.check_generation`) and it serves `coalign eval` of finished checkpoints, each checked
@@ -29,13 +32,13 @@ from coalign.core.endpoint_options import CriticBudget, OpenAIOptions
 from coalign.core.errors import RunError
 from coalign.models.endpoint import RETRYABLE, CallError, request_json, retry_delay
 from coalign.models.load import is_adapter
+from coalign.models.vllm_engine import import_vllm, open_engine
 
 if TYPE_CHECKING:
     from coalign.config import GenerationSettings
 
 Role = Literal["planner", "grounder"]
 Advance = Callable[[int], None]  # told how many more prompts are done (a progress bar)
-VLLM_MISSING = "generation.backend vllm needs vLLM and a CUDA GPU (pip install -e '.[vllm]')"
 
 
 def _quiet(done: int) -> None:
@@ -129,26 +132,32 @@ class VLLMBackend:
     share of the prompts (`ranks.share_all`) and every rank gets all completions back, in input order, as one
     process would have computed them."""
 
-    def __init__(self, path: str, tokenizer, trust_remote_code: bool, gpu_memory_utilization: float):
-        try:
-            import vllm
-        except ImportError:
-            raise RunError(VLLM_MISSING) from None
+    def __init__(
+        self, path: str, tokenizer, trust_remote_code: bool, gpu_memory_utilization: float, bf16: bool = False
+    ):
+        vllm = import_vllm()
         if is_adapter(path):
             raise RunError(f"{path} is a LoRA adapter; generation.backend vllm loads whole models (lora.merge: true)")
         self.sampling, self.eos_token_id = vllm.SamplingParams, tokenizer.eos_token_id
-        # Several processes: one engine per rank, tensor parallel 1, on the GPU of its LOCAL_RANK (vLLM's mode for
-        # torchrun-launched data parallel; left to its default executor, every rank's engine lands on cuda:0).
-        # The engine seed is the same on every rank, as vLLM asks; requests carry their own seeds anyway.
-        launched = {"distributed_executor_backend": "external_launcher", "seed": 0} if ranks.world_size() > 1 else {}
-        self.llm = vllm.LLM(
-            model=str(path),
-            tokenizer=str(path),
-            trust_remote_code=trust_remote_code,
-            enable_prefix_caching=True,
-            gpu_memory_utilization=gpu_memory_utilization,
-            **launched,
-        )
+        self.path, self.trust_remote_code, self.bf16 = path, trust_remote_code, bf16
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self._llm = None
+
+    @property
+    def llm(self):
+        """The engine, started at the first call that generates: an agent loaded only to score (a grounder's
+        perplexity) never starts one."""
+        if self._llm is None:
+            # Several processes: one engine per rank, tensor parallel 1, on the GPU of its LOCAL_RANK (vLLM's mode
+            # for torchrun-launched data parallel; left to its default executor, every rank's engine lands on
+            # cuda:0). The engine seed is the same on every rank, as vLLM asks; requests carry their own anyway.
+            launched = ranks.world_size() > 1
+            options = {"distributed_executor_backend": "external_launcher", "seed": 0} if launched else {}
+            self._llm = open_engine(
+                self.path, self.trust_remote_code, self.bf16, enable_prefix_caching=True,
+                gpu_memory_utilization=self.gpu_memory_utilization, **options,
+            )  # fmt: skip
+        return self._llm
 
     def sampling_params(self, max_new_tokens: int, n: int, temperature: float, top_p: float, seed: int):
         """vLLM's settings for one request, its candidates sampled from `seed` (greedy at temperature 0: none)."""
@@ -188,6 +197,23 @@ class VLLMBackend:
             return out
 
         return ranks.share_all(mine, range(len(prompts)))
+
+    def turns(
+        self, batch: Sequence[list[int]], max_new_tokens: int, temperature: float, top_p: float
+    ) -> list[list[int]]:
+        """A turn writer (`turn_writers.TurnWriter`): each context's completion ids through its end of sequence,
+        all contexts in one call, so that vLLM batches the episodes' turns as it schedules and its prefix cache
+        keeps an episode's context from one turn to the next. Seeded as `complete` (context i: seed + i)."""
+        seed = int(torch.randint(2**31 - 1, ())) if temperature > 0 else 0
+        params = [self.sampling_params(max_new_tokens, 1, temperature, top_p, seed + i) for i in range(len(batch))]
+        results = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in batch], params, use_tqdm=False)
+        return [through_eos(r.outputs[0].token_ids, self.eos_token_id) for r in results]
+
+
+def through_eos(ids: Sequence[int], eos_id: int) -> list[int]:
+    """`ids` through their first end-of-sequence token (all of them where none)."""
+    ids = list(ids)
+    return ids[: ids.index(eos_id) + 1] if eos_id in ids else ids
 
 
 class OpenAIBackend:
@@ -275,14 +301,20 @@ class OpenAIBackend:
 
 
 def make_backend(
-    settings: GenerationSettings | None, path: str, role: Role, tokenizer, trust_remote_code: bool = False
+    settings: GenerationSettings | None,
+    path: str,
+    role: Role,
+    tokenizer,
+    trust_remote_code: bool = False,
+    bf16: bool = False,
 ) -> Backend | None:
     """The `generation` block's backend for the checkpoint at `path` as the `role` agent; None for hf (the
-    agent's own model, `HFBackend` at each call's batch size)."""
+    agent's own model, `HFBackend` at each call's batch size). `bf16`: vLLM's engine computes in bf16 (the
+    run's inference precision), else in the checkpoint's own dtype."""
     if settings is None or settings.backend == "hf":
         return None
     if settings.backend == "vllm":
-        return VLLMBackend(path, tokenizer, trust_remote_code, settings.gpu_memory_utilization)
+        return VLLMBackend(path, tokenizer, trust_remote_code, settings.gpu_memory_utilization, bf16)
     served = getattr(settings, role)
     endpoint = OpenAIOptions(served.base_url, served.model, settings.api_key_env, settings.timeout_s)
     budget = CriticBudget(max_concurrency=settings.max_concurrency, max_retries=settings.max_retries)

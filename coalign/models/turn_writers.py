@@ -24,10 +24,11 @@ import torch
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 
-from coalign.models.backends import decoding
+from coalign.models.backends import decoding, through_eos
 
 # A turn writer: completion ids for each context of a batch. `hf_turns` (the model's `generate`) by default;
-# GRPO rollouts on a GPU pass vLLM's (`rollout.vllm_turns`). Same episodes, same ids, either way.
+# evaluation with generation.backend vllm passes the engine's (`VLLMBackend.turns`), GRPO rollouts with
+# rl.generation vllm_* the trainer's (`rollout.vllm_turns`). Same episodes, same ids, either way.
 TurnWriter = Callable[[Sequence[list[int]], int, float, float], list[list[int]]]
 
 
@@ -43,7 +44,7 @@ def hf_turns(model, tokenizer, keep_cache: bool = True) -> TurnWriter:
 
 def cut_after_eos(rows: Sequence[Sequence[int]], eos_id: int) -> list[list[int]]:
     """Each completion through its first end-of-sequence token."""
-    return [list(row[: row.index(eos_id) + 1]) if eos_id in row else list(row) for row in map(list, rows)]
+    return [through_eos(row, eos_id) for row in rows]
 
 
 @torch.inference_mode()

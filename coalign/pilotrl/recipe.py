@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from transformers import AutoConfig
 
-from coalign.config import STAGES, PilotRLSettings, RunConfig
+from coalign.config import STAGES, GenerationSettings, PilotRLSettings, RunConfig
 from coalign.core.endpoint_options import PLANNER_OPTIONS, split_endpoint_options
 from coalign.core.errors import RunError
 from coalign.core.jsonl import read_jsonl
@@ -26,6 +26,7 @@ from coalign.core.runs import Run, atomic_dir, read_json, write_json, write_json
 from coalign.envs import env_class
 from coalign.formats.lumos import lumos_chat
 from coalign.models.agents import Agent
+from coalign.models.backends import VLLMBackend
 from coalign.models.bases import starting_point
 from coalign.models.endpoint import OpenAIChat
 from coalign.models.load import adapter_base, is_adapter, load_tokenizer, longest_in_tokens, make_tiny_model
@@ -124,15 +125,20 @@ def eval_settings(settings: PilotRLSettings) -> dict:
 def evaluate(
     run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool,
     rl_order: list[str] | None, planner: str | None = None, expert_plans: bool = False, bf16: bool = False,
+    generation: GenerationSettings | None = None,
 ) -> dict:  # fmt: skip
     """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/.
     With `planner`, a separate model writes the plan blocks and the model at `model_path` the rest; with
     `expert_plans`, the expert's remaining plan is given as each due plan block (under expert_k{every}/).
-    `bf16`: the models in bf16 (the run's `inference_bf16`)."""
+    `bf16`: the models in bf16 (the run's `inference_bf16`). `generation`: the config's block; with vLLM its
+    engine writes the model's turns, every running episode's in one call a turn (an isolated planner and
+    the expert's plans stay on the model's own generate)."""
     name = f"{'expert' if expert_plans else 'eval'}_k{every}"
+    vllm = generation is not None and generation.backend == "vllm"
 
     def work() -> None:
-        agent = Agent.load(model_path, trust, bf16=bf16)
+        agent = Agent.load(model_path, trust, generation, bf16=bf16)
+        writer = agent.backend.turns if isinstance(agent.backend, VLLMBackend) else None
         if expert_plans:
             guide = expert_guide
         else:
@@ -146,14 +152,15 @@ def evaluate(
                       f"({settings.mode}, plan update every {every}{given})")  # fmt: skip
         episodes = run_episodes(
             agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
-            settings.max_context, settings.batch_size, desc=name, guide=guide,
+            settings.max_context, len(tasks) if writer else settings.batch_size, desc=name, guide=guide, writer=writer,
         )  # fmt: skip
         rows = [e.to_json() for e in episodes]
         write_jsonl(run.path(name, "episodes.jsonl"), rows)
         write_json(run.path(name, "metrics.json"), eval_metrics(rows, settings, every, rl_order))
 
     run.stage(name, work, [run.path(name)], inputs=[model_path, *([planner] if planner else [])],
-              settings={**eval_settings(settings), **({"bf16": True} if bf16 else {})})  # fmt: skip
+              settings={**eval_settings(settings), **({"bf16": True} if bf16 else {}),
+                        **({"generation": "vllm"} if vllm else {})})  # fmt: skip
     # recomputed from the episodes, so a run evaluated before a measure was added reports it too
     return eval_metrics([row for _, row in read_jsonl(run.path(name, "episodes.jsonl"))], settings, every, rl_order)
 
@@ -300,14 +307,15 @@ def evaluate_all(
     """AdaPlan at each plan-update interval of `eval_update_every` (ReAct once); metrics.json holds them all."""
     settings, trust = config.pilotrl, config.models.trust_remote_code
     everies = settings.eval_update_every if settings.mode == "adaplan" else [1]
-    bf16 = inference_bf16(config)
+    bf16, gen = inference_bf16(config), config.generation
     results = {
-        f"k{k}": evaluate(run, settings, model_path, k, console, trust, rl_order, planner, bf16=bf16) for k in everies
+        f"k{k}": evaluate(run, settings, model_path, k, console, trust, rl_order, planner, bf16=bf16, generation=gen)
+        for k in everies
     }
     if settings.eval_expert_plans and settings.mode == "adaplan":
         for k in everies:
             results[f"expert_k{k}"] = evaluate(
-                run, settings, model_path, k, console, trust, rl_order, expert_plans=True, bf16=bf16
+                run, settings, model_path, k, console, trust, rl_order, expert_plans=True, bf16=bf16, generation=gen
             )
     write_json(run.path("metrics.json"), results)
     return results

@@ -8,8 +8,9 @@ the finished model replaces `<out>` in one move.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from datasets import Dataset
@@ -21,6 +22,7 @@ from trl.trainer.utils import RepeatSampler
 from coalign.config import GRPOSettings, LoraSettings, Stage
 from coalign.core.errors import RunError
 from coalign.models.load import load_tokenizer
+from coalign.models.vllm_engine import INSTALL, engine_options, on_cpu, reload_weights, set_cpu_defaults
 from coalign.training.common import common_args, train_and_save, training_model, trl_config
 
 
@@ -35,7 +37,18 @@ class EpochSampler(RepeatSampler):
 
 
 class StageTrainer(GRPOTrainer):
-    """`GRPOTrainer` with `EpochSampler`, so that a stage resumed anywhere is the uninterrupted one."""
+    """`GRPOTrainer` with `EpochSampler`, so that a stage resumed anywhere is the uninterrupted one; with a
+    colocated vLLM engine on a CPU, that engine eager and its weights synced by `vllm_engine.reload_weights`
+    (`colocated_on_cpu`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        with colocated_on_cpu(kwargs["args"]):
+            super().__init__(*args, **kwargs)
+        if self.use_vllm and self.args.vllm_mode == "colocate" and on_cpu():
+            generation = self.vllm_generation
+            # TRL's sync calls `load_weights`, which cannot write into the CPU engine's re-packed linear layers;
+            # the same weights, named as TRL names them (a PEFT model's merged), through vLLM's in-place reload
+            generation.sync_weights = lambda: reload_weights(generation.llm, generation._iter_named_params())
 
     def _get_train_sampler(self, dataset: Dataset | None = None) -> Sampler:
         sampler = super()._get_train_sampler(dataset)
@@ -45,6 +58,29 @@ class StageTrainer(GRPOTrainer):
             )
         sampler.__class__ = EpochSampler  # TRL's arguments, our epochs
         return sampler
+
+
+@contextlib.contextmanager
+def colocated_on_cpu(args: GRPOConfig) -> Iterator[None]:
+    """While TRL starts a colocated vLLM engine on a CPU: vLLM's CPU settings (`vllm_engine.set_cpu_defaults`), the
+    engine eager and in the policy's precision (`vllm_engine.engine_options`: TRL's call names neither, and vLLM
+    would sample an fp32 policy's rollouts in 16 bits)."""
+    if not (args.use_vllm and args.vllm_mode == "colocate" and on_cpu()):
+        yield
+        return
+    set_cpu_defaults()
+    from trl.generation import vllm_generation
+
+    started = vllm_generation.LLM
+
+    def engine(**options):
+        return started(**options, **engine_options(options["model"], args.bf16))
+
+    vllm_generation.LLM = engine
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = started
 
 
 def grpo_config(
@@ -63,7 +99,7 @@ def grpo_config(
     (131,072 tokens for Llama-3.1), whose KV cache a colocated engine's share of the GPU cannot hold."""
     vllm = settings.generation != "hf"
     if vllm and importlib.util.find_spec("vllm") is None:
-        raise RunError(f"rl.generation: {settings.generation} needs vLLM (pip install vllm, on a GPU machine)")
+        raise RunError(f"rl.generation: {settings.generation} needs vLLM: {INSTALL}")
     return trl_config(
         GRPOConfig,
         **common_args(settings, out, seed, "pilotrl.rl"),

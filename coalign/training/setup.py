@@ -21,7 +21,8 @@ from coalign.core import ranks
 from coalign.core.errors import RunError
 from coalign.core.machine import decide_bf16, precision_record
 from coalign.core.runs import Run, atomic_write_text, read_json, value_digest, write_json
-from coalign.models.backends import VLLM_MISSING
+from coalign.models.vllm_engine import INSTALL as VLLM_INSTALL
+from coalign.models.vllm_engine import MISSING as VLLM_MISSING
 from coalign.tasks.sources import check_files
 from coalign.training.common import stage_batch
 
@@ -66,7 +67,7 @@ def check_generation(config: RunConfig, trains: bool) -> None:
         raise RunError(VLLM_MISSING)
     rl = config.pilotrl.rl if config.recipe == "pilotrl" and trains else None
     if rl is not None and rl.generation != "hf" and importlib.util.find_spec("vllm") is None:
-        raise RunError(f"pilotrl.rl.generation: {rl.generation} needs vLLM (pip install vllm, on a GPU machine)")
+        raise RunError(f"pilotrl.rl.generation: {rl.generation} needs vLLM: {VLLM_INSTALL}")
     if backend == "openai" and trains:
         raise RunError(
             "generation.backend openai generates with the checkpoints servers hold, but this run trains the planner "

