@@ -22,7 +22,7 @@ from coalign.moat.sft_data import tokenizer_texts
 from coalign.models.agents import Agent, generate
 from coalign.models.backends import OpenAIBackend, VLLMBackend, make_backend
 from coalign.models.load import load_model, load_tokenizer, make_tiny_model, render_prompt
-from coalign.models.vllm_engine import engine_options
+from coalign.models.vllm_engine import engine_options, on_cpu
 from coalign.tasks.sources import load_sources
 from coalign.training.setup import check_generation
 from tests.fault_server import KEY, Reply, Server
@@ -139,6 +139,9 @@ class FakeSamplingParams:
         self.kwargs = kwargs
 
 
+CPU_ENGINE = {"enable_chunked_prefill": False} if on_cpu() else {}  # seeded requests on a CPU: `VLLMBackend.llm`
+
+
 @pytest.fixture
 def fake_vllm(monkeypatch):
     module = types.ModuleType("vllm")
@@ -191,7 +194,7 @@ def test_vllm_asks_for_k_candidates_in_one_call_with_prefix_caching(tiny, fake_v
     assert got == [[f"{len(p)}:{i}:{seed + 4 * j + i}" for i in range(4)] for j, p in enumerate(prompts)]  # by index
     assert FakeLLM.made == [
         dict(model=str(tiny), tokenizer=str(tiny), trust_remote_code=False, enable_prefix_caching=True,
-             gpu_memory_utilization=0.3, **engine_options(tiny, bf16=False))
+             gpu_memory_utilization=0.3, **engine_options(tiny, bf16=False), **CPU_ENGINE)
     ]  # fmt: skip
     greedy = agent.backend.sampling_params(9, 1, 0.0, 0.9, seed).kwargs
     assert (greedy["temperature"], greedy["top_p"], greedy["seed"]) == (0.0, 1.0, None)
@@ -206,7 +209,7 @@ def test_vllm_under_a_launcher_puts_one_engine_on_each_rank_s_gpu(tiny, fake_vll
     assert FakeLLM.made == [
         dict(model=str(tiny), tokenizer=str(tiny), trust_remote_code=False, enable_prefix_caching=True,
              gpu_memory_utilization=0.3, distributed_executor_backend="external_launcher", seed=0,
-             **engine_options(tiny, bf16=True))
+             **engine_options(tiny, bf16=True), **CPU_ENGINE)
     ]  # fmt: skip
     assert engine_options(tiny, bf16=True)["dtype"] == "bfloat16"
     assert engine_options(tiny, bf16=False)["dtype"] == "float32"  # as saved: vLLM's "auto" would take 16 bits

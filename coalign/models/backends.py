@@ -32,7 +32,7 @@ from coalign.core.endpoint_options import CriticBudget, OpenAIOptions
 from coalign.core.errors import RunError
 from coalign.models.endpoint import RETRYABLE, CallError, request_json, retry_delay
 from coalign.models.load import is_adapter
-from coalign.models.vllm_engine import import_vllm, open_engine
+from coalign.models.vllm_engine import import_vllm, on_cpu, open_engine
 
 if TYPE_CHECKING:
     from coalign.config import GenerationSettings
@@ -153,6 +153,8 @@ class VLLMBackend:
             # cuda:0). The engine seed is the same on every rank, as vLLM asks; requests carry their own anyway.
             launched = ranks.world_size() > 1
             options = {"distributed_executor_backend": "external_launcher", "seed": 0} if launched else {}
+            if on_cpu():  # a prompt's prefill split over steps rewinds its request's seeded generator, which on a
+                options["enable_chunked_prefill"] = False  # CPU fails ("CPU Generator does not use offset")
             self._llm = open_engine(
                 self.path, self.trust_remote_code, self.bf16, enable_prefix_caching=True,
                 gpu_memory_utilization=self.gpu_memory_utilization, **options,
