@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from coalign.config import ConfigError, Overrides
-from coalign.core.console import ERROR_CODE, make_console, quiet_other_ranks, report_error
+from coalign.core.console import ERROR_CODE, make_console, quiet_engines, quiet_other_ranks, report_error
 from coalign.core.errors import DataError, RunError
 
 app = typer.Typer(help="Train teams of LLM agents to work together (MOAT, PilotRL).", no_args_is_help=True)
@@ -19,6 +19,7 @@ data_app = typer.Typer(help="Make and check task data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 console = make_console()
 quiet_other_ranks()  # here, before the commands import the libraries it quiets
+quiet_engines()
 
 ConfigArg = Annotated[str, typer.Argument(help="a config file (YAML), or a bundled config's name, e.g. tiny, paper")]
 RunDirOpt = Annotated[Optional[Path], typer.Option("--run-dir", help="run folder (default: runs/<config name>)")]
@@ -263,13 +264,18 @@ def _ints(text: str, option: str) -> list[int]:
         raise typer.BadParameter(f"{option} takes comma-separated integers, got {text!r}") from None
 
 
-def _default_workers(procs_per_job: int = 1) -> int:
+def _default_workers(procs_per_job: int = 1, executor: str = "local") -> int:
     """Jobs side by side: on a GPU machine one per `procs_per_job` GPUs (each worker sees its own,
-    `core.parallel.gpu_slots`), else one per `procs_per_job` CPU cores."""
+    `core.parallel.gpu_slots`), else one per `procs_per_job` CPU cores; with Ray, the same count over the
+    cluster's GPUs or cores (`core.ray_jobs.cluster_workers`)."""
     import os
 
     from coalign.core.parallel import visible_gpus
 
+    if executor == "ray":
+        from coalign.core.ray_jobs import cluster_workers
+
+        return cluster_workers(procs_per_job)
     return max(1, (len(visible_gpus()) or os.cpu_count() or 1) // procs_per_job)
 
 
@@ -284,11 +290,13 @@ def _bench(
     force: bool = False,
     skip_bad_rows: bool = False,
     procs_per_job: int = 1,
+    executor: str | None = None,
 ):
     from rich.markdown import Markdown
 
     from coalign.core import ranks
     from coalign.core.parallel import launches
+    from coalign.core.ray_jobs import default_executor, executing
     from coalign.registry import recipe
 
     if ranks.world_size() > 1:
@@ -301,9 +309,10 @@ def _bench(
     cfg = _config(config, sets, skip_bad_rows)
     entry, started = recipe(cfg.recipe), time.time()
     recipes = recipes or list(entry.bench_variants)
+    executor = executor or default_executor()
     try:
-        with launches(procs_per_job):
-            workers = workers or _default_workers(procs_per_job)
+        with launches(procs_per_job), executing(executor):
+            workers = workers or _default_workers(procs_per_job, executor)
             results = entry.bench(cfg, run_dir, seeds, recipes, workers, console, name, force)
     except (DataError, RunError, ValueError) as err:
         raise _fail(err) from None
@@ -319,7 +328,11 @@ def bench(
     recipes: Annotated[str, typer.Option(help="comma-separated, e.g. lumos,moat (default: all)")] = "",
     k_sweep: Annotated[str, typer.Option("--k-sweep", help="also MOAT with these K (subgoal samples per task)")] = "",
     workers: Annotated[
-        Optional[int], typer.Option(help="jobs side by side (default: one per GPU, else per CPU core; / procs per job)")
+        Optional[int],
+        typer.Option(
+            help="jobs side by side (default: one per GPU, else per CPU core, of this machine or the Ray cluster; "
+            "/ procs per job)"
+        ),
     ] = None,
     procs_per_job: Annotated[
         int,
@@ -330,6 +343,13 @@ def bench(
             "machine)",
         ),
     ] = 1,
+    executor: Annotated[
+        Optional[str],
+        typer.Option(
+            help="local: jobs in processes of this machine; ray: each job a Ray task, on the cluster at RAY_ADDRESS "
+            "or a Ray instance started here (default: ray when RAY_ADDRESS is set, else local)",
+        ),
+    ] = None,
     name: Annotated[str, typer.Option(help="prefix of the result files, for several benches in one folder")] = "",
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
@@ -344,7 +364,7 @@ def bench(
     seed_list = _ints(seeds, "--seeds")
     if len(set(seed_list)) != len(seed_list):  # a seed twice would run twice and count twice in the paired t
         raise typer.BadParameter(f"--seeds lists a seed more than once: {seeds!r}")
-    _bench(config, run_dir, seed_list, names, workers, set_, name, force, skip_bad_rows, procs_per_job)
+    _bench(config, run_dir, seed_list, names, workers, set_, name, force, skip_bad_rows, procs_per_job, executor)
 
 
 def _merged_from(path: Path) -> list | None:

@@ -8,7 +8,9 @@ its terminal output to a log file, so progress bars of parallel jobs do not garb
 the parent shows the jobs side by side (`JobBoard`: each job's latest progress line, read from its log).
 On a GPU machine each of those processes sees GPUs of its own (`gpu_slots`), so side-by-side jobs do not
 all land on the first. Inside `launches(k)`, each job runs as k processes, as `torchrun` launches a run
-(`_launch`): one job then trains on k GPUs.
+(`_launch`): one job then trains on k GPUs. Inside `executed_by(executor)`, `executor` runs them instead: Ray
+tasks (`core.ray_jobs`), on a Ray cluster or a Ray instance on this machine, each asking for its cores, GPUs and
+memory.
 """
 
 from __future__ import annotations
@@ -47,16 +49,37 @@ PARENT_CHECK_S = 1.0  # how often a worker checks that the process that started 
 class Job:
     """A picklable call (a module-level function and its arguments) with a log file for its output.
     `weight`: its expected length relative to the others; side by side the heaviest waiting job starts first,
-    so the last to start is a short one and no long job runs on alone at the end."""
+    so the last to start is a short one and no long job runs on alone at the end. `memory_bytes`: the memory it
+    holds at its peak (`memory_estimate`), which the Ray executor asks for, so that a job that does not fit beside
+    the running ones waits for them rather than being killed for memory; None asks for none."""
 
     name: str
     fn: Callable[..., Any]
     args: tuple = ()
     log: Path | None = None
     weight: float = 1.0
+    memory_bytes: int | None = None
 
 
+TRAINING_BYTES_PER_PARAMETER = 16  # full fine-tuning in fp32: weights, gradients and Adam's two moments
+PROCESS_BYTES = 1 << 30  # a job's process before its model: torch, transformers, a tokenizer, the data
+
+
+def memory_estimate(
+    parameters: int, bytes_per_parameter: float = TRAINING_BYTES_PER_PARAMETER, overhead: int = PROCESS_BYTES
+) -> int:
+    """Bytes a job training a model of `parameters` holds at its peak, for `Job.memory_bytes`: its training state
+    plus `overhead` for the process and its activations. The parameter term is a floor: a small model's
+    activations can outweigh it (a SmolLM2 SFT's logits over a 49,152-token vocabulary), so a caller that has
+    measured a job's peak passes more overhead, or that peak itself."""
+    return int(parameters * bytes_per_parameter) + overhead
+
+
+# runs the jobs of `run_jobs` elsewhere than this machine's processes (`executed_by`): the jobs, the workers, the
+# processes per job, the board's title and console; the results in job order
+Executor = Callable[[Sequence[Job], int, int, str, Console], list[Any]]
 _procs_per_job = 1  # the processes `run_jobs` launches each job as (`launches`)
+_executor: Executor | None = None
 
 
 @contextlib.contextmanager
@@ -70,6 +93,17 @@ def launches(procs: int) -> Iterator[None]:
         yield
     finally:
         _procs_per_job = before
+
+
+@contextlib.contextmanager
+def executed_by(executor: Executor) -> Iterator[None]:
+    """Inside, `run_jobs` hands its jobs to `executor` (`ray_jobs.run_on_ray`: each job a Ray task)."""
+    global _executor
+    before, _executor = _executor, executor
+    try:
+        yield
+    finally:
+        _executor = before
 
 
 def visible_gpus() -> list[str]:
@@ -263,13 +297,17 @@ def latest_line(log: Path | None, tail: int = 4096) -> str:
 def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | None = None) -> list[Any]:
     """Results of `jobs` in order; with `workers` > 1 they run in that many processes, cores split evenly and
     GPUs too (`gpu_slots`: each process its own), a job starting when one finishes (the heaviest first), shown on
-    `console` (`JobBoard`); inside `launches(k)` each job runs as k processes (`_launch`).
+    `console` (`JobBoard`); inside `launches(k)` each job runs as k processes (`_launch`); inside
+    `executed_by(executor)`, `executor` runs them (`ray_jobs.run_on_ray`: Ray tasks, `workers` splitting the
+    cluster's cores).
 
     A failing job raises in the parent with its log's path in the message.
     """
     if not jobs:
         return []
     workers, procs = max(1, min(workers, len(jobs))), _procs_per_job
+    if _executor is not None:
+        return _executor(jobs, workers, procs, desc, console or make_console())
     threads = max(1, (os.cpu_count() or 1) // workers)
     if workers == 1 and procs == 1:  # in this process, its own progress bars on the terminal
         return [job.fn(*job.args) for job in jobs]

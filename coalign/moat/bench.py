@@ -33,7 +33,7 @@ from coalign.moat.cold_start import check_models, cold_starts, record_split
 from coalign.moat.recipe import moat_rounds, refuse_llm_critic_on_turns
 from coalign.moat.report import write_report
 from coalign.tasks.sources import load_data, refuse_in_rounds, report_skipped
-from coalign.training.setup import prepare_run, record_config
+from coalign.training.setup import job_memory, prepare_run, record_config
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,7 @@ def run_bench(
                 (configs[s, r], starts[f"seed {s}"], recipe_dirs[s, r], train),
                 recipe_dirs[s, r] / "run.log",
                 BENCHED[configs[s, r].recipe].weight,
+                job_memory(configs[s, r]),
             )
             for s, r in keys
         ],

@@ -24,7 +24,7 @@ from coalign.models.bases import starting_point
 from coalign.models.load import make_tiny_model
 from coalign.tasks import Task
 from coalign.tasks.sources import load_data, report_skipped, source_name
-from coalign.training.setup import inference_bf16, inference_settings, training_settings
+from coalign.training.setup import inference_bf16, inference_settings, job_memory, training_settings
 from coalign.training.sft import sft
 
 
@@ -225,7 +225,13 @@ def cold_starts(
         initial_models(Run(folder), config, train, console)
     agents = ("grounder", "planner")  # longest first
     jobs = [
-        Job(f"{label} {agent} SFT".strip(), _agent_job, (config, folder, train, agent), folder / f"{agent}.log")
+        Job(
+            f"{label} {agent} SFT".strip(),
+            _agent_job,
+            (config, folder, train, agent),
+            folder / f"{agent}.log",
+            memory_bytes=job_memory(config),
+        )  # fmt: skip
         for agent in agents
         for label, (config, folder) in runs.items()
     ]
@@ -237,6 +243,7 @@ def cold_starts(
             _evaluation_job,
             (config, folder, planners[label], grounders[label], evaluation),
             folder / "eval.log",
+            memory_bytes=job_memory(config),
         )
         for label, (config, folder) in runs.items()
     ]

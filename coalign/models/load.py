@@ -93,6 +93,18 @@ def llama_sizes(spec: TinySpec) -> dict:
     }
 
 
+def llama_parameters(shape: dict) -> int:
+    """Parameters of a Llama-shaped model from its config's sizes (transformers' names): embeddings (and an untied
+    head), each layer's attention and gated MLP; norms left out (a fraction of a per cent)."""
+    hidden, layers = int(shape["hidden_size"]), int(shape["num_hidden_layers"])
+    heads = int(shape["num_attention_heads"])
+    head = int(shape.get("head_dim") or hidden // heads)
+    kv = int(shape.get("num_key_value_heads") or heads) * head
+    embeddings = int(shape["vocab_size"]) * hidden * (1 if shape.get("tie_word_embeddings", True) else 2)
+    mlp = 3 * hidden * int(shape["intermediate_size"])
+    return embeddings + layers * (2 * hidden * heads * head + 2 * hidden * kv + mlp)
+
+
 def make_tiny_model(
     texts: Iterable[str],
     out_dir: str | Path,

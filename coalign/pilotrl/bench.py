@@ -20,6 +20,7 @@ from coalign.core.runs import write_json
 from coalign.pilotrl.curves import bench_curves, plot_curves
 from coalign.pilotrl.recipe import run_pilotrl
 from coalign.pilotrl.report import write_report
+from coalign.training.setup import job_memory
 
 # bench variant -> its format and GRPO order: the SFT cold starts, Vanilla RL, PilotRL and the paper's ablations
 VARIANTS: dict[str, dict] = {
@@ -100,7 +101,8 @@ def run_pilotrl_bench(
             sft = cold_start_variant(variant)
             start = str(root / f"seed{seed}" / sft / "checkpoints" / "sft") if sft else None
             args = (variant_config(config, variant, seed), run_dir, force, start)
-            jobs.append(Job(f"{variant} seed {seed}", _run, args, run_dir / "log.txt", variant_weight(variant)))
+            memory = job_memory(args[0])
+            jobs.append(Job(f"{variant} seed {seed}", _run, args, run_dir / "log.txt", variant_weight(variant), memory))
         for (variant, seed), metrics in zip(pairs, run_jobs(jobs, workers, desc), strict=True):
             runs.setdefault(variant, {})[str(seed)] = metrics
     results = {

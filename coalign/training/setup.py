@@ -5,6 +5,7 @@ what a trained checkpoint depends on (`training_settings`), recorded with each t
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -16,12 +17,14 @@ import yaml
 from pydantic import BaseModel
 from rich.console import Console
 
-from coalign.config import LoraSettings, RunConfig, config_changes, config_to_yaml
+from coalign.config import DPOSettings, LoraSettings, RunConfig, config_changes, config_to_yaml
 from coalign.core import ranks
 from coalign.core.errors import RunError
 from coalign.core.machine import decide_bf16, precision_record
+from coalign.core.parallel import memory_estimate
 from coalign.core.runs import Run, atomic_write_text, read_json, value_digest, write_json
 from coalign.models.bases import starting_point
+from coalign.models.load import llama_parameters, llama_sizes
 from coalign.models.vllm_engine import INSTALL as VLLM_INSTALL
 from coalign.models.vllm_engine import MISSING as VLLM_MISSING
 from coalign.models.vllm_engine import check_cpu_heads, folder_heads
@@ -81,6 +84,50 @@ def check_generation(config: RunConfig, trains: bool) -> None:
             "and grounder it generates with; train with generation.backend hf or vllm, and evaluate finished "
             "checkpoints on servers with coalign eval --planner P --grounder G"
         )
+
+
+# fp32 copies of a micro-batch's logits a training step holds at its peak (logits, log-softmax, their gradients and
+# the loss's intermediates), from a measured peak: a smol MOAT job training at 4 x 768 tokens peaked at 8.3 GB
+# (docs/log/2026-12-06-smollm2.md), estimated 8.1; conservative elsewhere (a smol-pilotrl SFT job, 1 x 4,096, held
+# about 5 GB and is estimated at 9.7)
+LOGIT_COPIES = 8
+
+
+def model_shape(name: str, config: RunConfig) -> dict | None:
+    """The sizes (transformers' config names) of the model `name` starts from: a from-scratch one's (`models.tiny`)
+    or its folder's config.json; None for a hub id, known only once it loads."""
+    path = starting_point(name)
+    if path is None:
+        return {**llama_sizes(config.models.tiny), "vocab_size": config.models.tiny.vocab_size}
+    try:
+        return json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def job_memory(config: RunConfig) -> int | None:
+    """Bytes one run of `config` holds at its peak, for a Ray executor's request (`core.parallel.Job.memory_bytes`):
+    `memory_estimate` of its largest model's parameters (full fine-tuning in fp32: 16 bytes each) plus the logits of
+    its largest micro-batch (vocabulary x tokens in fp32, `LOGIT_COPIES` of them), which for SmolLM2's 49,152-token
+    vocabulary outweigh its 135M parameters. None where a size is unknown."""
+    names = [config.pilotrl.model] if config.recipe == "pilotrl" else [config.models.planner, config.models.grounder]
+    shapes = [model_shape(name, config) for name in names]
+    if any(shape is None for shape in shapes):
+        return None
+    try:
+        parameters = max(llama_parameters(shape) for shape in shapes)
+        vocab = max(int(shape["vocab_size"]) for shape in shapes)
+    except (KeyError, TypeError, ValueError):
+        return None
+    tokens = max(micro_batch_tokens(settings, config) for settings in trained_stages(config).values())
+    return memory_estimate(parameters) + LOGIT_COPIES * 4 * vocab * tokens
+
+
+def micro_batch_tokens(settings: BaseModel, config: RunConfig) -> int:
+    """Tokens in one forward of a training stage: its batch of sequences at their longest (a DPO pair is two; an
+    episode runs to `pilotrl.max_context`)."""
+    length = getattr(settings, "max_length", None) or config.pilotrl.max_context
+    return settings.batch_size * length * (2 if isinstance(settings, DPOSettings) else 1)
 
 
 def engine_heads(name: str, config: RunConfig) -> int | None:
