@@ -42,6 +42,15 @@ DATA = Path(__file__).parents[1] / "coalign" / "data" / "gsm8k" / "train.jsonl"
 ENVS = ("household", "crafting", "wordle", "iqa")
 
 
+def cpu_name() -> str:
+    """The processor's model name (/proc/cpuinfo), else what platform says."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def tokens(tokenizer, texts: list[list[str]]) -> int:
     return sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for row in texts for t in row)
 
@@ -141,6 +150,11 @@ def grpo_step(model: str, bf16: bool, args: argparse.Namespace) -> dict:
     return row
 
 
+def write(path: Path, results: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+
+
 PARTS = {"sampling": sampling, "episodes": episodes, "grpo": grpo_step}
 
 
@@ -158,15 +172,15 @@ def main() -> None:
     bf16 = decide_bf16(load_config("smol").bf16)
     path = args.out / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {}
-    results["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": torch.get_num_threads(),
+    results["machine"] = {"cpu": cpu_name(), "cores": torch.get_num_threads(),
                           "torch": torch.__version__, "bf16": bf16, "model": args.model}  # fmt: skip
     for part in args.parts.split(","):
         if part in results:
             print(f"{part}: measured already ({path}); delete it there to measure again")
             continue
         results[part] = {**PARTS[part](model, bf16, args), "date": time.strftime("%Y-%m-%d %H:%M")}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=2) + "\n")
+        write(path, results)
+    write(path, results)
     for part in PARTS:
         if part in results:
             print(f"{part:9} vLLM over HF: {results[part]['speedup']}x")
