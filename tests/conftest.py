@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
@@ -9,6 +10,13 @@ from http.server import ThreadingHTTPServer
 import pytest
 
 from tests.fault_server import KEY, Server, handler
+
+# Ray reads these once, when it is first imported, and vLLM imports it with its engine (tests/test_vllm.py), so a
+# later Ray test in the same worker (tests/test_ray_jobs.py) would run with Ray's defaults: on Linux bound to the
+# machine's address, not 127.0.0.1, and waiting for ever on its cluster's token. Set for every test, before either.
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+for _name, _value in RAY_ENV.items():
+    os.environ.setdefault(_name, _value)
 
 
 @pytest.fixture

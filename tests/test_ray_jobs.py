@@ -23,11 +23,12 @@ import pytest
 from coalign.core.errors import RunError
 from coalign.core.parallel import Job, _alive, launches, memory_estimate, run_jobs
 from coalign.core.ray_jobs import default_executor, executing
+from tests.conftest import RAY_ENV
 from tests.jobs import sleep_after_writing_pid
 
 # Everything on 127.0.0.1 (on Linux Ray binds to the machine's address unless told it is not a cluster), no token
-# written to ~/.ray (nothing beyond this machine reaches 127.0.0.1), nothing sent to Ray's usage statistics.
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+# written to ~/.ray (nothing beyond this machine reaches 127.0.0.1), nothing sent to Ray's usage statistics: set by
+# conftest.py for the whole session, since vLLM's tests import Ray first in a shared worker.
 MEMORY = 1 << 30  # the cluster's memory resource: two jobs asking 600 MiB each cannot run side by side
 
 
