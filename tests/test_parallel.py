@@ -1,10 +1,13 @@
 """Jobs side by side on a GPU machine, each process on GPUs of its own, and jobs launched as several processes
-(`coalign bench --procs-per-job`), which write what the same jobs write in one process."""
+(`coalign bench --procs-per-job`) or run as Ray tasks (`--executor ray`), which write what the same jobs write in
+one process."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,8 +22,10 @@ from coalign.core import parallel
 from coalign.core.errors import RunError
 from coalign.core.parallel import Job, gpu_slots, launches, run_jobs
 from coalign.moat.bench import run_bench
+from tests.conftest import RAY_ENV
 from tests.jobs import boom, devices_beside_another, rank_and_size
 from tests.test_moat import MOAT
+from tests.test_ray_jobs import ray_folder
 
 
 @pytest.fixture
@@ -89,8 +94,22 @@ def _shape(value):
     return type(value).__name__
 
 
+@pytest.fixture(scope="module")
+def one_process_bench(tmp_path_factory) -> tuple[Path, Path]:
+    """`coalign bench` of the tiny config's Lumos recipe, one seed, in this process: the config file, and the bench
+    folder that a bench launched as several processes, or run through Ray, must write again."""
+    root = tmp_path_factory.mktemp("bench")
+    config = load_config("tiny", {**MOAT, "name": "launched"})
+    path = root / "bench.yaml"
+    path.write_text(config_to_yaml(config))
+    run_bench(config, root / "one", [0], ["lumos"], workers=1, console=Console(quiet=True))
+    return path, root / "one"
+
+
 @pytest.mark.slow
-def test_a_bench_of_jobs_launched_as_two_processes_writes_what_one_process_writes(tmp_path: Path, monkeypatch):
+def test_a_bench_of_jobs_launched_as_two_processes_writes_what_one_process_writes(
+    tmp_path: Path, monkeypatch, one_process_bench
+):
     """`coalign bench --procs-per-job 2`: the cold start's SFT and evaluation and the matched Lumos baseline's
     rounds each run as a 2-process launch (gloo here), into the run folders, stages and results one process
     writes."""
@@ -101,16 +120,13 @@ def test_a_bench_of_jobs_launched_as_two_processes_writes_what_one_process_write
         return subprocess.run(command, **kwargs)
 
     monkeypatch.setattr(parallel, "subprocess", SimpleNamespace(run=run))
-    config = load_config("tiny", {**MOAT, "name": "launched"})
-    one, two = tmp_path / "one", tmp_path / "two"
-    alone = run_bench(config, one, [0], ["lumos"], workers=1, console=Console(quiet=True))
-    path = tmp_path / "bench.yaml"
-    path.write_text(config_to_yaml(config))
+    path, one = one_process_bench
+    two = tmp_path / "two"
     args = ["bench", str(path), "--run-dir", str(two), "--seeds", "0", "--recipes", "lumos", "--workers", "1"]
     result = CliRunner().invoke(app, [*args, "--procs-per-job", "2"])
     assert result.exit_code == 0, result.output
     assert launches_made == ["2"] * 4  # the grounder's and the planner's SFT, round 0's evaluation, the rounds
-    launched = json.loads((two / "results.json").read_text())
+    alone, launched = (json.loads((root / "results.json").read_text()) for root in (one, two))
     assert _shape(launched) == _shape(alone)
     for run in ("cold_start", "lumos"):
         stages = [sorted(p.name for p in (root / "seed0" / run / "stages").iterdir()) for root in (one, two)]
@@ -118,3 +134,28 @@ def test_a_bench_of_jobs_launched_as_two_processes_writes_what_one_process_write
     written = [sorted(str(p.relative_to(root)) for p in root.rglob("*") if "checkpoints" not in p.parts)
                for root in (one, two)]  # fmt: skip
     assert written[0] == written[1]
+
+
+def test_a_bench_through_ray_writes_the_run_folders_the_local_executor_writes(tmp_path: Path, one_process_bench):
+    """`coalign bench --executor ray` without RAY_ADDRESS starts Ray on this machine (no GPUs here) and runs the
+    cold start's SFTs, its evaluation and the Lumos rounds as tasks: the files the same bench writes in one
+    process, and the same results, plus each job's log (a lone local job prints to the terminal)."""
+    path, here = one_process_bench
+    on_ray = tmp_path / "ray"
+    args = ["bench", str(path), "--run-dir", str(on_ray), "--seeds", "0", "--recipes", "lumos", "--workers", "2"]
+    with ray_folder() as folder, open(tmp_path / "out.txt", "w") as out:
+        env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"} | RAY_ENV
+        code = subprocess.run(
+            [sys.executable, "-m", "coalign.cli", *args, "--executor", "ray"],
+            env={**env, "RAY_TMPDIR": str(folder)}, stdout=out, stderr=out, timeout=300,
+        ).returncode  # fmt: skip
+    output = (tmp_path / "out.txt").read_text()
+    assert code == 0, output
+    assert "cold start (Ray): seed 0 grounder SFT started" in output  # the jobs' board
+    written = [{str(p.relative_to(root)) for p in root.rglob("*")} for root in (here, on_ray)]
+    logs = {f"seed0/cold_start/{name}.log" for name in ("grounder", "planner", "eval")} | {"seed0/lumos/run.log"}
+    assert written[1] == written[0] | logs
+    results = [json.loads((root / "results.json").read_text()) for root in (here, on_ray)]
+    for result in results:
+        del result["wall_seconds"], result["machine"]
+    assert results[0] == results[1]

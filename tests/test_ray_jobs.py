@@ -1,13 +1,12 @@
 """Bench jobs as Ray tasks (`core.ray_jobs`), really run: on a Ray cluster started here (`ray start --head` on
 127.0.0.1, 2 CPUs and 2 logical GPUs), each job on GPUs of its own, a job of 2 GPUs as one task of 2 processes, a
-failed job cancelling the rest, memory requests that keep jobs apart; and `coalign bench --executor ray` on a Ray
-instance of its own, writing the run folders the local executor writes. The job functions below run in Ray's
-workers, which import this module: it imports nothing heavy at the top."""
+failed job cancelling the rest, memory requests that keep jobs apart. (`coalign bench --executor ray`, on a Ray
+instance of its own, is tested beside the launched bench in test_parallel.py: both compare with one process's bench.)
+The job functions below run in Ray's workers, which import this module: it imports nothing heavy at the top."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -39,7 +38,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _ray_folder() -> Iterator[Path]:
+def ray_folder() -> Iterator[Path]:
     """A folder for a Ray instance's sessions, removed after: short, since Ray's socket paths are limited, and not
     /tmp/ray, where `ray start` would leave its address for every later `ray.init()` on this machine to find."""
     folder = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
@@ -60,7 +59,7 @@ def cluster() -> Iterator[str]:
             patch.setenv(key, value)
         import ray  # make install installs it: a missing Ray fails here, it is not skipped
 
-        folder = stack.enter_context(_ray_folder())
+        folder = stack.enter_context(ray_folder())
         address = f"127.0.0.1:{_free_port()}"
         with open(folder / "head.log", "w") as out:
             head = subprocess.Popen(
@@ -130,41 +129,6 @@ def test_jobs_get_gpus_of_their_own_and_a_job_of_two_gpus_is_one_task_of_two_pro
         with launches(2):  # the main rank's result: both ranks of the one task see both of its GPUs
             ranks = run_jobs([Job("pair", rank_and_devices, (), tmp_path / "pair.log")], 1, "pair")
         assert ranks == [("0", "2", "0,1")]
-
-
-def test_a_bench_through_ray_writes_the_run_folders_the_local_executor_writes(tmp_path):
-    """`coalign bench --executor ray` without RAY_ADDRESS starts Ray on this machine (no GPUs here) and runs the
-    cold start's SFTs, its evaluation and the Lumos rounds as tasks, while the same bench runs here in this process:
-    the same files, and the same results, plus each job's log (a lone local job prints to the terminal)."""
-    from rich.console import Console
-
-    from coalign.config import config_to_yaml, load_config
-    from coalign.moat.bench import run_bench
-    from tests.test_moat import MOAT
-
-    config = load_config("tiny", {**MOAT, "name": "ray"})
-    here, on_ray = tmp_path / "here", tmp_path / "ray"
-    path = tmp_path / "bench.yaml"
-    path.write_text(config_to_yaml(config))
-    args = ["bench", str(path), "--run-dir", str(on_ray), "--seeds", "0", "--recipes", "lumos", "--workers", "2"]
-    with _ray_folder() as folder, open(tmp_path / "out.txt", "w") as out:
-        env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"} | RAY_ENV
-        bench = subprocess.Popen(
-            [sys.executable, "-m", "coalign.cli", *args, "--executor", "ray"],
-            env={**env, "RAY_TMPDIR": str(folder)}, stdout=out, stderr=out,
-        )  # fmt: skip
-        run_bench(config, here, [0], ["lumos"], workers=1, console=Console(quiet=True))
-        code = bench.wait(300)
-    output = (tmp_path / "out.txt").read_text()
-    assert code == 0, output
-    assert "cold start (Ray): seed 0 grounder SFT started" in output  # the jobs' board
-    written = [{str(p.relative_to(root)) for p in root.rglob("*")} for root in (here, on_ray)]
-    logs = {f"seed0/cold_start/{name}.log" for name in ("grounder", "planner", "eval")} | {"seed0/lumos/run.log"}
-    assert written[1] == written[0] | logs
-    results = [json.loads((root / "results.json").read_text()) for root in (here, on_ray)]
-    for result in results:
-        del result["wall_seconds"], result["machine"]
-    assert results[0] == results[1]
 
 
 def test_a_bench_joins_the_cluster_at_ray_address(cluster, tmp_path):

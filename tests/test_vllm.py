@@ -183,6 +183,8 @@ def test_a_pilotrl_run_rolls_out_syncs_and_evaluates_on_vllm(tmp_path, toy_regis
     from coalign.pilotrl.recipe import run_pilotrl
     from coalign.training import grpo
 
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # TRL sets them for its engine:
+        monkeypatch.delenv(name, raising=False)  # put back as they were after, for the worker's later tests' children
     synced, written = [], []
     real_reload, real_generate = grpo.reload_weights, rollout.VLLMTurns._generate
 
