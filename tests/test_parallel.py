@@ -94,6 +94,12 @@ def _shape(value):
     return type(value).__name__
 
 
+# What a shell a user types `coalign bench` into holds none of: an earlier test in this worker may have left them
+# (accelerate sets RANK, WORLD_SIZE and MASTER_PORT=29500 where a process group exists, e.g. a vLLM engine's), and
+# jobs side by side that inherit them each start a process group on that one port
+LAUNCH_VARIABLES = ("RAY_ADDRESS", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
 @pytest.fixture(scope="module")
 def one_process_bench(tmp_path_factory) -> tuple[Path, Path]:
     """`coalign bench` of the tiny config's Lumos recipe, one seed, in this process: the config file, and the bench
@@ -144,7 +150,7 @@ def test_a_bench_through_ray_writes_the_run_folders_the_local_executor_writes(tm
     on_ray = tmp_path / "ray"
     args = ["bench", str(path), "--run-dir", str(on_ray), "--seeds", "0", "--recipes", "lumos", "--workers", "2"]
     with ray_folder() as folder, open(tmp_path / "out.txt", "w") as out:
-        env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"} | RAY_ENV
+        env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES} | RAY_ENV
         code = subprocess.run(
             [sys.executable, "-m", "coalign.cli", *args, "--executor", "ray"],
             env={**env, "RAY_TMPDIR": str(folder)}, stdout=out, stderr=out, timeout=300,
