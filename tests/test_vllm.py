@@ -7,6 +7,7 @@ where the two best tokens are all but tied (counted, and each such split checked
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,26 @@ pytestmark = pytest.mark.skipif(
 DATA = Path(__file__).parents[1] / "coalign" / "data" / "gsm8k" / "test.jsonl"
 NEW_TOKENS = 32
 TIE = 0.05  # nats between the two best next tokens under which kernels' rounding may pick either
+
+
+LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def process_group_closed_after():
+    """An engine in this process starts a torch.distributed group of one (vLLM's), after which accelerate sets
+    RANK, WORLD_SIZE and MASTER_PORT=29500 for every trainer, and TRL's colocated engine holds that port. After
+    this module both are undone, so that the worker's later tests, and the processes they start, run alone."""
+    yield
+    import torch.distributed as dist
+    from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+    destroy_model_parallel()
+    destroy_distributed_environment()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    for name in LAUNCH_VARIABLES:
+        os.environ.pop(name, None)
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +204,6 @@ def test_a_pilotrl_run_rolls_out_syncs_and_evaluates_on_vllm(tmp_path, toy_regis
     from coalign.pilotrl.recipe import run_pilotrl
     from coalign.training import grpo
 
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # TRL sets them for its engine:
-        monkeypatch.delenv(name, raising=False)  # put back as they were after, for the worker's later tests' children
     synced, written = [], []
     real_reload, real_generate = grpo.reload_weights, rollout.VLLMTurns._generate
 
