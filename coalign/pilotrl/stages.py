@@ -10,7 +10,6 @@ from coalign.config import GRPOSettings, LoraSettings, Stage
 from coalign.models.load import inference_device, load_model
 from coalign.pilotrl.rewards import reward_functions
 from coalign.pilotrl.rollout import RolloutSpec, make_rollout_func
-from coalign.training.grpo import train_grpo
 
 
 def grpo_stage(
@@ -29,6 +28,10 @@ def grpo_stage(
     """Train the model at `init` (LoRA adapters under `lora`) by GRPO on the tasks of `rows`
     (`rollout.prompt_rows`); save it to `out`. `executor`: a fixed model that writes the rest of each turn
     after the policy's plan block."""
+    # imported here: TRL's GRPO trainer imports vLLM, 4 s of every process that imports the registry (each rank
+    # of a launched SFT, each Ray job), which only a GRPO stage needs
+    from coalign.training.grpo import train_grpo
+
     weights = {name: settings.weights.get(name, 0.0) for name in stage.rewards}
     funcs, reward_weights = reward_functions(weights, slack=settings.slack, judge=judge)
     fixed = load_model(executor, trust_remote_code, dtype="float32").to(inference_device()) if executor else None

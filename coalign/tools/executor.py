@@ -111,7 +111,7 @@ def _timed_call(tool: Tool, argument: str, timeout_s: float) -> tuple[str, ...]:
     handler is put back and the timer cleared afterwards, and KeyboardInterrupt passes through. Its limits:
     - When SIGALRM is not free (`_alarm_is_free`: a worker thread, Windows, another timer running) the
       call runs untimed and the size limits alone bound it; they are set so that every tool ends in well
-      under a second on any input they admit (`tests/test_executor.py`).
+      under a second on any input they admit (`tests/tools/test_executor.py`).
     - Handlers run between bytecodes, so one long C call (a big-integer operation, a regex match)
       finishes before the stop; hence the size limits, and no backtracking patterns over model text.
     - The tool is stopped wherever it is: the bundled tools hold no state that could be left

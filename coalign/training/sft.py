@@ -59,8 +59,8 @@ class LogitsLossSFTTrainer(SFTTrainer):
     states at the positions that predict a completion token go through the head, in bf16 autocast, and their
     cross-entropy is summed and divided as TRL divides it (`num_items_in_batch`). Only those positions: a
     grounder row is ~90% prompt, and the full logits of a batch (49,152 columns) would take gigabytes. The loss is
-    TRL's (tests/test_sft_loss.py); TRL's entropy and token-accuracy metrics are not logged on this path, and a
-    model whose head is more than a linear layer (a logit soft-cap) takes TRL's path.
+    TRL's (tests/training/test_sft_loss.py); TRL's entropy and token-accuracy metrics are not logged on this path,
+    and a model whose head is more than a linear layer (a logit soft-cap) takes TRL's path.
     """
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
