@@ -34,7 +34,6 @@ def test_smol_trains_on_shipped_gsm8k_and_holds_out_svamp():
     assert all(getattr(config, stage).bf16 == "auto" for stage in ("planner_sft", "grounder_sft", "planner_dpo"))
 
 
-
 def test_smol_suite_is_the_tiny_suite_s_splits_on_smollm2_generated_by_vllm():
     """Where SmolLM2 has room: the bundled maths suite, held in and held out as `tiny` splits it, and vLLM writes
     every sampled and evaluated turn."""
@@ -45,6 +44,7 @@ def test_smol_suite_is_the_tiny_suite_s_splits_on_smollm2_generated_by_vllm():
         (source,), (tiny_source,) = getattr(config.data, split), getattr(tiny.data, split)
         assert source.kind == tiny_source.kind == "suite" and source.split == tiny_source.split
     assert config.moat.tasks <= config.data.train[0].n
+
 
 def test_smol_pilotrl_is_adaplan_on_the_six_environments():
     config = load_config("smol-pilotrl")
