@@ -66,7 +66,6 @@ from trl import DPOConfig, DPOTrainer, GRPOTrainer, SFTConfig, SFTTrainer
 
 from coalign.config import (
     BUNDLED,
-    STAGES,
     DPOSettings,
     GenerationSettings,
     GRPOSettings,
@@ -87,6 +86,7 @@ from coalign.models.load import (
     parameter_count,
     render_prompt,
 )
+from coalign.pilotrl.curriculum import stage_epochs
 from coalign.registry import load_config
 from coalign.tasks.maths_suite import generate_suite
 from coalign.training.common import quiet_transformers, trainer_args, training_model
@@ -279,7 +279,7 @@ def _trainer(stage: str, model, peft_config, tokenizer, out: Path, args: argpars
             num_generations=args.generations, batch_size=args.train_batch or GRPOSettings().batch_size,
             grad_accum=1, bf16=bf16(),
         )  # fmt: skip
-        config = grpo_config(settings, STAGES["joint"], out, 0, [1.0], args.new_tokens)
+        config = grpo_config(settings, stage_epochs(settings, "joint"), out, 0, [1.0], args.new_tokens)
         config.max_steps = args.steps
         triples = random_triples(args.steps * settings.batch_size, args.words)
         data = Dataset.from_dict({"prompt": [render_prompt(tokenizer, prompt) for prompt, _, _ in triples]})

@@ -26,13 +26,13 @@ from unittest import mock
 
 import torch
 
-from coalign.config import STAGES, GenerationSettings, GRPOSettings, load_config
+from coalign.config import GenerationSettings, GRPOSettings, load_config
 from coalign.core.machine import decide_bf16
 from coalign.formats.lumos import planner_prompt
 from coalign.moat.sample import sample_completions
 from coalign.models.agents import Agent
 from coalign.models.bases import starting_point
-from coalign.pilotrl import stages
+from coalign.pilotrl import curriculum
 from coalign.pilotrl.rollout import RolloutSpec, prompt_rows
 from coalign.pilotrl.runtime import run_episodes
 from coalign.tasks.gsm8k import load_gsm8k
@@ -108,7 +108,7 @@ def one_step(model: str, bf16: bool, generation: str, generations: int) -> dict:
     rows = prompt_rows([("household", 1000)], "adaplan")
     spec = RolloutSpec(max_new_tokens=128, max_context=2048, batch_size=generations)
     spent = {"rollout_s": 0.0, "sync_s": 0.0, "syncs": 0}
-    make, reload = stages.make_rollout_func, grpo.reload_weights
+    make, reload = curriculum.make_rollout_func, grpo.reload_weights
 
     def timed_rollouts(*a, **k):
         rollout = make(*a, **k)
@@ -131,11 +131,12 @@ def one_step(model: str, bf16: bool, generation: str, generations: int) -> dict:
     )  # fmt: skip
     with (
         tempfile.TemporaryDirectory() as tmp,
-        mock.patch.object(stages, "make_rollout_func", timed_rollouts),
+        mock.patch.object(curriculum, "make_rollout_func", timed_rollouts),
         mock.patch.object(grpo, "reload_weights", timed_sync),
     ):
         torch.manual_seed(0)
-        _, seconds = timed(lambda: stages.grpo_stage(model, Path(tmp) / "out", rows, STAGES["joint"], settings, spec))
+        joint = curriculum.STAGES["joint"]
+        _, seconds = timed(lambda: curriculum.grpo_stage(model, Path(tmp) / "out", rows, joint, settings, spec))
     return {"seconds": round(seconds, 1), **{k: round(v, 2) for k, v in spent.items()}}
 
 

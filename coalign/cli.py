@@ -200,61 +200,22 @@ def eval_(
         planner, grounder, model = (_checkpoint(given) for given in (planner, grounder, model))
     except RunError as err:
         raise _fail(err) from None
-    from coalign.moat.cold_start import evaluate_run
     from coalign.registry import recipe
-    from coalign.training.setup import prepare_run, removed_if_failed
 
     cfg = _config(config, set_, skip_bad_rows)
     entry = recipe(cfg.recipe)
-    if entry.evaluate:
-        try:
-            results = entry.evaluate(cfg, run_dir or Path("runs") / cfg.name, model, console, force)
-        except (DataError, RunError, OSError) as err:
-            raise _fail(err) from None
+    given = {"planner": planner, "grounder": grounder, "model": model, "config_name": config}
+    options = {option: given[option] for option in entry.eval_options}
+    try:
+        results = entry.evaluate(cfg, run_dir or Path("runs") / cfg.name, console=console, force=force, **options)
+    except (DataError, RunError, OSError) as err:  # OSError: a checkpoint that cannot be loaded
+        raise _fail(err) from None
+    if entry.show:
         from rich.markdown import Markdown
 
         console.print(Markdown(entry.show(results)))
-        return
-    if not cfg.data.heldin and not cfg.data.heldout:
-        raise _fail(RunError(f"{config}: nothing to evaluate; add sets under data.heldin or data.heldout"))
-    trained = run_dir or Path("runs") / cfg.name
-    defaults = {agent: trained / "checkpoints" / f"{agent}_sft" for agent in ("planner", "grounder")}
-    for agent, given in (("planner", planner), ("grounder", grounder)):
-        if given is None and not defaults[agent].is_dir():
-            where = f"{trained}: no such run folder" if not trained.is_dir() else f"{defaults[agent]}: no checkpoint"
-            raise _fail(
-                RunError(f"{where}; train first (coalign train {config} --run-dir {trained}) or give --{agent}")
-            )
-    root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}" if planner or grounder else trained
-    planner, grounder = planner or str(defaults["planner"]), grounder or str(defaults["grounder"])
-    try:
-        with removed_if_failed(root):  # a new eval-<time>/ folder that holds no result is not left behind
-            run = prepare_run(cfg, root, console, force, trains=False)
-            results = evaluate_run(run, cfg, planner, grounder, console)
-    except (DataError, RunError, OSError) as err:  # OSError: a checkpoint that cannot be loaded
-        raise _fail(err) from None
-    _show(results)
-
-
-# `coalign bench tiny` runs a 2+1-epoch cold start from the base (451 s on 2 cores) and 2 rounds on 400 tasks; the
-# demo trims both to fit 10 minutes on 2 cores: half an epoch per agent, one round on 100 tasks (measured: 9 min 4 s)
-DEMO_SETTINGS = [
-    "planner_sft.epochs=0.5", "grounder_sft.epochs=0.5", "moat.rounds=1", "moat.tasks=100",
-    "grounder_round_sft.epochs=1",
-]  # fmt: skip
-# `coalign bench smol` trains on 128 GSM8K problems, runs its MOAT round on 32 and evaluates on 50 + 50: about an
-# hour a seed on 2 cores (docs/log/2026-12-06-smollm2.md). The demo trains on a quarter and evaluates on 20 + 20,
-# 23 minutes on 2 cores with native bf16 (timed 2026-12-06), inside the 30 its issue allows.
-SMOL_DEMO_SETTINGS = [
-    'data.train=[{kind: gsm8k, path: "shipped:gsm8k/train.jsonl", subgoals: deferred, n: 32}]',
-    'data.heldin=[{kind: gsm8k, path: "shipped:gsm8k/test_socratic.jsonl", n: 20}]',
-    'data.heldout=[{kind: svamp, path: "shipped:svamp/SVAMP.json", n: 20}]',
-    "moat.tasks=8",
-]
-# `coalign bench tiny-pilotrl` trains on 200 episodes per environment for 3 epochs, evaluates 10 per environment
-PILOTRL_DEMO_SETTINGS = [
-    "pilotrl.train_tasks=50", "pilotrl.sft.epochs=2", "pilotrl.eval_tasks=5", "pilotrl.eval_update_every=[1]"
-]  # fmt: skip
+    else:
+        _show(results)
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -283,7 +244,7 @@ def _bench(
     config: str,
     run_dir: Path,
     seeds: list[int],
-    recipes: list[str],
+    variants: list[str],
     workers: int | None,
     sets: list[str],
     name: str = "",
@@ -308,12 +269,12 @@ def _bench(
         )
     cfg = _config(config, sets, skip_bad_rows)
     entry, started = recipe(cfg.recipe), time.time()
-    recipes = recipes or list(entry.bench_variants)
+    variants = variants or list(entry.bench_variants)
     executor = executor or default_executor()
     try:
         with launches(procs_per_job), executing(executor):
             workers = workers or _default_workers(procs_per_job, executor)
-            results = entry.bench(cfg, run_dir, seeds, recipes, workers, console, name, force)
+            results = entry.bench(cfg, run_dir, seeds, variants, workers, console, name, force)
     except (DataError, RunError, ValueError) as err:
         raise _fail(err) from None
     console.print(Markdown(entry.report(results)))
@@ -325,7 +286,14 @@ def bench(
     config: Annotated[str, typer.Argument(help="a config file (YAML), or a bundled config's name")] = "tiny",
     run_dir: Annotated[Path, typer.Option("--run-dir", help="bench folder")] = Path("runs/bench"),
     seeds: Annotated[str, typer.Option(help="comma-separated seeds")] = "0,1,2",
-    recipes: Annotated[str, typer.Option(help="comma-separated, e.g. lumos,moat (default: all)")] = "",
+    variants: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated variants of the config's recipe, e.g. lumos,moat or adaplan,react (default: the "
+            "recipe's own comparison)"
+        ),
+    ] = "",
+    recipes: Annotated[str, typer.Option(hidden=True)] = "",  # --variants as the commands in docs/ give it
     k_sweep: Annotated[str, typer.Option("--k-sweep", help="also MOAT with these K (subgoal samples per task)")] = "",
     workers: Annotated[
         Optional[int],
@@ -355,11 +323,11 @@ def bench(
     force: ForceOpt = False,
     skip_bad_rows: SkipOpt = False,
 ) -> None:
-    """Compare recipes over several seeds: results, a report and plots.
+    """Compare variants of a recipe over several seeds: results, a report and plots.
 
     Lumos vs MOAT and its ablations from shared cold starts; for a pilotrl
     config, SFT AdaPlan vs ReAct (the paper's Tables 1, 9 and 10)."""
-    names = [r.strip() for r in recipes.split(",") if r.strip()]
+    names = [v.strip() for v in f"{variants},{recipes}".split(",") if v.strip()]
     names += [f"moat_k{k}" for k in _ints(k_sweep, "--k-sweep")]
     seed_list = _ints(seeds, "--seeds")
     if len(set(seed_list)) != len(seed_list):  # a seed twice would run twice and count twice in the paired t
@@ -417,9 +385,9 @@ def report(
 
 @app.command()
 def demo(
-    recipe: Annotated[str, typer.Argument(help="which demo: moat, smol or pilotrl")] = "moat",
+    name: Annotated[str, typer.Argument(metavar="DEMO", help="which demo: moat, smol or pilotrl")] = "moat",
     run_dir: Annotated[
-        Optional[Path], typer.Option("--run-dir", help="demo folder (default: runs/demo-RECIPE)")
+        Optional[Path], typer.Option("--run-dir", help="demo folder (default: runs/demo-DEMO, runs/demo for moat)")
     ] = None,
     set_: SetOpt = [],  # noqa: B006
     force: ForceOpt = False,
@@ -432,18 +400,14 @@ def demo(
     SmolLM2-135M-Instruct with GSM8K and SVAMP (a quarter of bench smol's training).
     pilotrl: SFT on expert episodes as AdaPlan and as ReAct, on the six
     environments."""
-    if recipe == "moat":
-        _bench("tiny", run_dir or Path("runs/demo"), [0], ["lumos", "moat"], None, [*DEMO_SETTINGS, *set_],
-               force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
-    elif recipe == "smol":
-        _bench("smol", run_dir or Path("runs/demo-smol"), [0], ["lumos", "moat"], None, [*SMOL_DEMO_SETTINGS, *set_],
-               force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
-    elif recipe == "pilotrl":
-        _bench("tiny-pilotrl", run_dir or Path("runs/demo-pilotrl"), [0], ["adaplan", "react"], None,
-               [*PILOTRL_DEMO_SETTINGS, *set_],
-               force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
-    else:
-        raise typer.BadParameter(f"the demos are moat, smol and pilotrl, got {recipe!r}")
+    from coalign.registry import DEMOS
+
+    if name not in DEMOS:
+        *others, last = DEMOS
+        raise typer.BadParameter(f"the demos are {', '.join(others)} and {last}, got {name!r}")
+    chosen = DEMOS[name]
+    _bench(chosen.config, run_dir or chosen.run_dir, [0], list(chosen.variants), None, [*chosen.settings, *set_],
+           force=force, skip_bad_rows=skip_bad_rows)  # fmt: skip
 
 
 @app.command("exec")

@@ -21,9 +21,10 @@ from torch.distributed.fsdp import fully_shard
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 from coalign import envs
-from coalign.config import STAGES, GRPOSettings, LoraSettings, SFTSettings
+from coalign.config import GRPOSettings, LoraSettings, SFTSettings
 from coalign.core import ranks
 from coalign.models.load import load_tokenizer
+from coalign.pilotrl.curriculum import STAGES, stage_epochs
 from coalign.pilotrl.rollout import RolloutSpec, make_rollout_func, prompt_rows
 from coalign.training import common
 from coalign.training.grpo import train_grpo
@@ -92,7 +93,10 @@ def zero3(init: Path, out: Path) -> None:
     rows, stage = prompt_rows([("toy", seed) for seed in range(4)], "adaplan"), STAGES["joint"]
     spec = RolloutSpec(stage.mode, train=stage.train, max_new_tokens=12, max_context=1024, batch_size=8)
     rollout = make_rollout_func(rows, spec)
-    train_grpo(init, out / "grpo", rows, stage, GRPO, [varied], [1.0], rollout, spec.max_new_tokens)
+    epochs = stage_epochs(GRPO, stage.name)
+    train_grpo(
+        init, out / "grpo", rows, GRPO, [varied], [1.0], rollout, spec.max_new_tokens, name=stage.name, epochs=epochs
+    )
 
 
 def varied(episode: list, **_) -> list[float]:

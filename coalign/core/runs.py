@@ -156,20 +156,20 @@ def digest_changes(want: dict, got: dict) -> str:
 
 def value_digest(value) -> str:
     """sha256 of a JSON value written canonically (keys sorted, tuples as lists): a stage's generated inputs
-    (examples, prompts) recorded among its settings, so a resume notices when they change."""
+    (examples, prompts) recorded among its dependencies, so a resume notices when they change."""
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _plain(settings: Mapping) -> dict:
-    """`settings` as JSON would read them back (tuples as lists, keys as strings), so a record compares equal
-    to the settings it was written from."""
-    return json.loads(json.dumps(settings, sort_keys=True))
+def _plain(values: Mapping) -> dict:
+    """`values` as JSON would read them back (tuples as lists, keys as strings), so a record compares equal
+    to the values it was written from."""
+    return json.loads(json.dumps(values, sort_keys=True))
 
 
-def _setting_changes(recorded: dict, now: dict) -> list[str]:
-    """One line per setting that differs between a stage's record and now: `setting eval_tasks: 5 -> 10`,
-    `setting training.learning_rate: 0.001 -> 0.0005`."""
+def _dependency_changes(recorded: dict, now: dict) -> list[str]:
+    """One line per dependency that differs between a stage's record and now: `setting eval_tasks: 5 -> 10`,
+    `setting training.learning_rate: 0.001 -> 0.0005` (the record's key is `settings`, as run folders hold it)."""
     return [f"setting {key}: {old} -> {new}" for key, old, new in value_changes(recorded, now)]
 
 
@@ -217,7 +217,8 @@ class Run:
 
     def _input_changes(self, record: dict, inputs: Iterable[str | Path]) -> list[str]:
         """`inputs are other paths now: [...] -> [...]` when a stage is asked to read other inputs than it read
-        (records without `input_paths`, older ones, are compared by the files they list)."""
+        (a record without `input_paths` is compared by the files it lists, so a run folder whose records predate
+        them resumes)."""
         if "input_paths" in record:
             paths = self._input_names(inputs)
             if record["input_paths"] == paths:
@@ -229,11 +230,13 @@ class Run:
             return []
         return [f"inputs are other files now ({len(gone)} read then, not now, {gone[:1]}; {len(new)} new, {new[:1]})"]
 
-    def is_done(self, stage: str, settings: Mapping | None = None, inputs: Iterable[str | Path] | None = None) -> bool:
+    def is_done(
+        self, stage: str, depends_on: Mapping | None = None, inputs: Iterable[str | Path] | None = None
+    ) -> bool:
         """Finished, with every artifact it wrote and every input it read as recorded, reading the same
         `inputs` (another starting model is another stage, even when the old one's files are intact), and
-        under the same `settings` when the stage has them. Otherwise the record is removed (the stage must be
-        redone) and what differs is logged."""
+        with the same `depends_on` values when the stage has them. Otherwise the record is removed (the stage
+        must be redone) and what differs is logged."""
         marker = self._marker(stage)
         if not marker.exists():
             return False
@@ -242,9 +245,9 @@ class Run:
             problems = self.problems(record["artifacts"]) + [f"input {p}" for p in self.problems(record["inputs"])]
             if inputs is not None:
                 problems += self._input_changes(record, inputs)
-            if settings is not None and "settings" in record:
-                problems += _setting_changes(record["settings"], _plain(settings))
-            elif settings is not None and record["config_sha256"] != self._config_sha():
+            if depends_on is not None and "settings" in record:
+                problems += _dependency_changes(record["settings"], _plain(depends_on))
+            elif depends_on is not None and record["config_sha256"] != self._config_sha():
                 problems.append("its settings were not recorded and the config has changed since it ran")
         except (ValueError, KeyError, TypeError) as err:
             problems = [f"{marker.name} is not a readable manifest ({type(err).__name__}: {err})"]
@@ -261,12 +264,12 @@ class Run:
         info: dict | None = None,
         started: float | None = None,
         inputs: Iterable[str | Path] = (),
-        settings: Mapping | None = None,
+        depends_on: Mapping | None = None,
     ) -> None:
         """Record `stage` as finished: the files it wrote (`artifacts`, files or folders) and read (`inputs`)
-        with their digests, the settings that define its result (`settings`, checked on resume), and the
-        sha256 of the config it ran under (stages kept by a forced resume after a config change keep the
-        old one)."""
+        with their digests, the values that define its result (`depends_on`, kept under the record's `settings`
+        key and checked on resume), and the sha256 of the config it ran under (stages kept by a forced resume
+        after a config change keep the old one)."""
         record = {
             "stage": stage,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -276,8 +279,8 @@ class Run:
             "inputs": self.manifest(inputs),
             "input_paths": self._input_names(inputs),
         }
-        if settings is not None:
-            record["settings"] = _plain(settings)
+        if depends_on is not None:
+            record["settings"] = _plain(depends_on)
         if started is not None:
             record["seconds"] = round(time.time() - started, 2)
         write_json(self._marker(stage), record)
@@ -288,23 +291,23 @@ class Run:
         work: Callable[[], dict | None],
         artifacts: Iterable[str | Path],
         inputs: Iterable[str | Path] = (),
-        settings: Mapping | None = None,
+        depends_on: Mapping | None = None,
     ) -> None:
         """Run stage `name` unless it is done: `work()` writes `artifacts` from `inputs` and returns the
         record's info; then the stage is marked done. A stage body is only its work, and one that raises
-        is not marked, so a rerun redoes it. `settings` (JSON values) are what the stage's result depends on
+        is not marked, so a rerun redoes it. `depends_on` (JSON values) is what the stage's result depends on
         beyond its input files, an evaluation's task sets and budgets: a stage finished under others is
         redone, even by a forced resume that keeps finished stages, so a result is never reported for
-        settings it was not measured under. In a multi-process run every rank runs the work (its loops share
+        values it was not measured under. In a multi-process run every rank runs the work (its loops share
         it, `ranks.share`), the main rank decides whether the stage is done and marks it, and all wait for
         that before reading what it wrote."""
         inputs = list(inputs)
-        if ranks.decided(lambda: self.is_done(name, settings, inputs)):
+        if ranks.decided(lambda: self.is_done(name, depends_on, inputs)):
             return
         started = time.time()
         info = work()
         if ranks.is_main():
-            self.mark_done(name, artifacts, info, started, inputs=inputs, settings=settings)
+            self.mark_done(name, artifacts, info, started, inputs=inputs, depends_on=depends_on)
         ranks.barrier()
 
     def stage_info(self, stage: str) -> dict:

@@ -16,7 +16,9 @@ from rich.console import Console
 
 from coalign.config import RunConfig
 from coalign.core.runs import Run, write_json
-from coalign.moat.cold_start import check_models, cold_starts, evaluate_run, load_split, round_tasks, train_agent
+from coalign.moat.cold_start import check_models, cold_starts, train_agent
+from coalign.moat.data import load_split, round_tasks
+from coalign.moat.evaluate import evaluate_run
 from coalign.moat.sft_data import grounder_data
 from coalign.moat.units import round_units
 from coalign.tasks import Task

@@ -29,7 +29,8 @@ from coalign.core.machine import describe_machine
 from coalign.core.parallel import Job, run_jobs
 from coalign.core.runs import Run, read_json, write_json
 from coalign.moat.baseline import matched_rounds
-from coalign.moat.cold_start import check_models, cold_starts, record_split
+from coalign.moat.cold_start import check_models, cold_starts
+from coalign.moat.data import record_split
 from coalign.moat.recipe import moat_rounds, refuse_llm_critic_on_turns
 from coalign.moat.report import write_report
 from coalign.tasks.sources import load_data, refuse_in_rounds, report_skipped

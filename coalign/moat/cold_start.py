@@ -1,12 +1,11 @@
 """The Agent Lumos cold start (independent SFT of both agents) that MOAT and the baseline's matched rounds
-continue from, and its steps: load a split, make the initial models, SFT an agent, evaluate.
+continue from, and its steps: make the initial models, SFT an agent, then evaluate the two (`evaluate_run`).
 
 Each step leaves its output in the run folder and is skipped when already finished (`Run.stage`).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,16 +14,13 @@ from rich.console import Console
 from coalign.config import LoraSettings, RunConfig
 from coalign.core.console import make_console
 from coalign.core.parallel import Job, run_jobs
-from coalign.core.runs import Run, atomic_dir, read_json, value_digest, write_json, write_jsonl
-from coalign.moat.evaluate import evaluate_tasks, family_summaries, set_family, split_summary
-from coalign.moat.output_room import room
+from coalign.core.runs import Run, atomic_dir, read_json, value_digest
+from coalign.moat.evaluate import evaluate_run
 from coalign.moat.sft_data import grounder_data, planner_data, tokenizer_texts
-from coalign.models.agents import Agent
 from coalign.models.bases import starting_point
 from coalign.models.load import make_tiny_model
 from coalign.tasks import Task
-from coalign.tasks.sources import load_data, report_skipped, source_name
-from coalign.training.setup import inference_bf16, inference_settings, job_memory, training_settings
+from coalign.training.setup import job_memory, training_dependencies
 from coalign.training.sft import sft
 
 
@@ -52,24 +48,8 @@ def initial_models(run: Run, config: RunConfig, train: list[Task], console: Cons
     starts = [starting_point(name) for name in (models.planner, models.grounder)]
     if None in starts:
         shape = {"tiny": models.tiny.model_dump(mode="json"), "seed": config.seed, "texts": value_digest(texts)}
-        run.stage("init", make, [tiny_dir], settings=shape)
+        run.stage("init", make, [tiny_dir], depends_on=shape)
     return tuple(str(tiny_dir) if start is None else start for start in starts)
-
-
-def load_split(run: Run, config: RunConfig, sources: list, label: str, console: Console) -> list[Task]:
-    """Tasks of `sources`; rows skipped under `data.skip_bad_rows` are reported and recorded in data.json."""
-    tasks, record = load_data(sources, config.data.skip_bad_rows)
-    report_skipped(label, record, console)
-    record_split(run, label, record)
-    return tasks
-
-
-def record_split(run: Run, label: str, record: dict) -> None:
-    """A split's load record (sources, rows skipped) in the run's data.json."""
-    path = run.path("data.json")
-    saved = read_json(path) if path.exists() else {}
-    if saved.get(label) != record:  # a resumed run rewrites nothing it already holds
-        write_json(path, {**saved, label: record})
 
 
 def train_agent(
@@ -95,75 +75,9 @@ def train_agent(
         sft(init, examples, out, settings, seed=seed, trust_remote_code=trust_remote_code, lora=lora, key=key)
         return {"examples": len(examples), "init": init, **read_json(out / "train_log.json")}
 
-    run.stage(stage, train, [out], inputs=[init, *inputs], settings=training_settings(settings, seed, lora, examples))
+    depends_on = training_dependencies(settings, seed, lora, examples)
+    run.stage(stage, train, [out], inputs=[init, *inputs], depends_on=depends_on)
     return str(out)
-
-
-def check_room(console: Console, name: str, tasks: list[Task], tokenizers: tuple, limits, block: str) -> dict[str, int]:
-    """`output_room.room` for the planner and the grounder (`tokenizers`, in that order) under the limits of
-    `limits` (the `eval` or `moat` settings, named `block`), said on the console when a gold turn does not fit;
-    the number of tasks over each agent's limit."""
-    over = {}
-    for (role, setting), tokenizer in zip((("planner", "plan"), ("grounder", "ground")), tokenizers):
-        field = f"max_new_tokens_{setting}"
-        fit = room(tasks, role, tokenizer, getattr(limits, field))
-        if line := fit.warning(name, f"{block}.{field}"):
-            console.print(f"[yellow]{line}[/yellow]")
-        over[role] = fit.tasks_over
-    return over
-
-
-def evaluate_run(
-    run: Run, config: RunConfig, planner_path: str, grounder_path: str, console: Console, name: str = "eval"
-) -> dict:
-    """Evaluate on every held-in and held-out set; write predictions and metrics under `name`/.
-
-    Per split: each set's metrics, its task family, the mean over all sets, and the mean per family
-    (the only place grounding PPL is averaged when a split mixes families)."""
-
-    def evaluate() -> dict:
-        trust = config.models.trust_remote_code
-        generation = config.generation
-        planner = Agent.load(planner_path, trust, generation, "planner", inference_bf16(config))
-        grounder = Agent.load(grounder_path, trust, generation, "grounder", inference_bf16(config))
-        results: dict = {}
-        for split in ("heldin", "heldout"):
-            per_set, families = {}, {}
-            for source in getattr(config.data, split):
-                label = source_name(source)
-                tasks = load_split(run, config, [source], f"{split}/{label}", console)
-                console.print(f"[bold]{name}[/bold] {split}/{label}: {len(tasks)} tasks")
-                tokenizers = (planner.tokenizer, grounder.tokenizer)
-                too_long = check_room(console, f"{split}/{label}", tasks, tokenizers, config.eval, "eval")
-                metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{label}")
-                metrics["gold_turns_too_long"] = too_long
-                write_jsonl(run.path(name, f"{split}-{label}.predictions.jsonl"), rows)
-                per_set[label], families[label] = metrics, set_family(tasks)
-            results[split] = {
-                "sets": per_set,
-                "average": split_summary(per_set, families),
-                "families": families,
-                "family_average": family_summaries(per_set, families),
-            }
-        write_json(run.path(name, "metrics.json"), results)
-        return {}
-
-    run.stage(name, evaluate, [run.path(name)], inputs=[planner_path, grounder_path], settings=eval_settings(config))
-    return read_json(run.path(name, "metrics.json"))
-
-
-def eval_settings(config: RunConfig) -> dict:
-    """What an evaluation's numbers depend on besides its two checkpoints: the sets, how bad rows are
-    handled, the evaluation budgets and the generation backend."""
-    data = config.data.model_dump(mode="json")
-    return {
-        "heldin": data["heldin"],
-        "heldout": data["heldout"],
-        "skip_bad_rows": data["skip_bad_rows"],
-        "eval": config.eval.model_dump(mode="json"),
-        "generation": config.generation.model_dump(mode="json") if config.generation else None,
-        **inference_settings(config),
-    }
 
 
 def cold_start_agent(run: Run, config: RunConfig, train: list[Task], agent: str, console: Console) -> str:
@@ -249,25 +163,3 @@ def cold_starts(
     ]
     evaluations = run_jobs(jobs, workers, "cold start evaluation", console)
     return {label: (planners[label], grounders[label], results) for label, results in zip(runs, evaluations)}
-
-
-def round_tasks(config: RunConfig, train: list[Task]) -> list[Task]:
-    """The training tasks a round works on: the first `moat.tasks` (all when unset), in train order.
-
-    With several task families, each family's first tasks in proportion to its share of train (the
-    remainder to the families first seen), so a mixed run's rounds are not all of the family listed first.
-    """
-    n = config.moat.tasks
-    if not n or n >= len(train):
-        return train
-    counts = Counter(t.family for t in train)  # in order of first appearance
-    quota = {family: n * c // len(train) for family, c in counts.items()}
-    for family in list(counts)[: n - sum(quota.values())]:
-        quota[family] += 1
-    taken: Counter[str] = Counter()
-    out = []
-    for task in train:
-        if taken[task.family] < quota[task.family]:
-            taken[task.family] += 1
-            out.append(task)
-    return out

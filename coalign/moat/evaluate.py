@@ -8,25 +8,39 @@ Task families (maths, QA, web) mix in one run: every prompt, blank and answer ru
 family's, and grounding PPL is averaged only within a family (its value depends on the family's
 action text, so a mean across families compares nothing; the paper warns of this too). Web sets run
 in Lumos's iterative formulation (`evaluate_iterative`), scored by step success rate or reward.
+
+A run's evaluation (`evaluate_run`) is one stage of its run folder: every held-in and held-out set, its
+predictions and metrics written under the stage's name; `evaluate_checkpoints` is `coalign eval` of a lumos
+or moat config.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from statistics import mean
 
-from coalign.config import EvalSettings
+from rich.console import Console
+
+from coalign.config import EvalSettings, RunConfig
+from coalign.core.errors import RunError
+from coalign.core.runs import Run, read_json, write_json, write_jsonl
 from coalign.formats.answers import accuracy, answer_correct, lumos_exact_match
 from coalign.formats.lumos import FormatError, format_actions, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.formats.lumos_iterative import turn_examples
+from coalign.moat.data import load_split
 from coalign.moat.iterative import Rollout, run_episodes
+from coalign.moat.output_room import check_room
 from coalign.moat.scoring import score_completions
 from coalign.models.agents import Agent, ground, plan
 from coalign.tasks import Task, maths_suite, qa_suite, web_suite
 from coalign.tasks.episodes import grounder_conversation
+from coalign.tasks.sources import source_name
 from coalign.tools.executor import execute
+from coalign.training.setup import inference_bf16, inference_dependencies, prepare_run, removed_if_failed
 
 # Per family, the content-free subgoal that blanks a plan: one of the family's own vague subgoals,
 # so a blanked plan is text the grounder has seen in training, just without information.
@@ -191,7 +205,7 @@ def _by_style(tasks: Sequence[Task], rollouts: Sequence[Rollout]) -> dict[str, l
 
 
 def evaluate_iterative(planner: Agent, grounder: Agent, tasks: Sequence[Task], settings: EvalSettings, name: str):
-    """Metrics and prediction rows for a set of web tasks, run by Lumos's iterative loop (`coalign.iterative`).
+    """Metrics and prediction rows for a set of web tasks, run by Lumos's iterative loop (`moat.iterative`).
 
     `accuracy` is the set's benchmark metric (`web_set_score`: step success rate for Mind2Web-like sites,
     mean reward for WebShop-like shopping), so split averages mix it with the other families' accuracy as
@@ -281,3 +295,88 @@ def family_summaries(per_set: dict[str, dict], families: dict[str, str]) -> dict
         family: split_summary({k: m for k, m in per_set.items() if families[k] == family})
         for family in sorted(set(families.values()))
     }
+
+
+# --------------------------------------------------------------------------- a run's evaluation
+
+
+def evaluate_run(
+    run: Run, config: RunConfig, planner_path: str, grounder_path: str, console: Console, name: str = "eval"
+) -> dict:
+    """Evaluate on every held-in and held-out set; write predictions and metrics under `name`/.
+
+    Per split: each set's metrics, its task family, the mean over all sets, and the mean per family
+    (the only place grounding PPL is averaged when a split mixes families)."""
+
+    def evaluate() -> dict:
+        trust = config.models.trust_remote_code
+        generation = config.generation
+        planner = Agent.load(planner_path, trust, generation, "planner", inference_bf16(config))
+        grounder = Agent.load(grounder_path, trust, generation, "grounder", inference_bf16(config))
+        results: dict = {}
+        for split in ("heldin", "heldout"):
+            per_set, families = {}, {}
+            for source in getattr(config.data, split):
+                label = source_name(source)
+                tasks = load_split(run, config, [source], f"{split}/{label}", console)
+                console.print(f"[bold]{name}[/bold] {split}/{label}: {len(tasks)} tasks")
+                tokenizers = (planner.tokenizer, grounder.tokenizer)
+                too_long = check_room(console, f"{split}/{label}", tasks, tokenizers, config.eval, "eval")
+                metrics, rows = evaluate_tasks(planner, grounder, tasks, config.eval, f"{split}/{label}")
+                metrics["gold_turns_too_long"] = too_long
+                write_jsonl(run.path(name, f"{split}-{label}.predictions.jsonl"), rows)
+                per_set[label], families[label] = metrics, set_family(tasks)
+            results[split] = {
+                "sets": per_set,
+                "average": split_summary(per_set, families),
+                "families": families,
+                "family_average": family_summaries(per_set, families),
+            }
+        write_json(run.path(name, "metrics.json"), results)
+        return {}
+
+    inputs, depends_on = [planner_path, grounder_path], eval_dependencies(config)
+    run.stage(name, evaluate, [run.path(name)], inputs=inputs, depends_on=depends_on)
+    return read_json(run.path(name, "metrics.json"))
+
+
+def eval_dependencies(config: RunConfig) -> dict:
+    """What an evaluation's numbers depend on besides its two checkpoints: the sets, how bad rows are
+    handled, the evaluation budgets and the generation backend."""
+    data = config.data.model_dump(mode="json")
+    return {
+        "heldin": data["heldin"],
+        "heldout": data["heldout"],
+        "skip_bad_rows": data["skip_bad_rows"],
+        "eval": config.eval.model_dump(mode="json"),
+        "generation": config.generation.model_dump(mode="json") if config.generation else None,
+        **inference_dependencies(config),
+    }
+
+
+def evaluate_checkpoints(
+    config: RunConfig,
+    run_dir: str | Path,
+    planner: str | None,
+    grounder: str | None,
+    console: Console,
+    force: bool = False,
+    config_name: str = "CONFIG",
+) -> dict:
+    """`coalign eval` of a lumos or moat config: the run's SFT checkpoints, evaluated again into the run folder;
+    or the given `planner` and `grounder` (the run's for the one not given), into a new eval-<time>/ folder
+    inside it, so the run's own evaluation is kept; one that fails before its evaluation finished is removed
+    again. `config_name`: the config as the command line named it, for the command an error suggests."""
+    if not config.data.heldin and not config.data.heldout:
+        raise RunError(f"{config_name}: nothing to evaluate; add sets under data.heldin or data.heldout")
+    trained = Path(run_dir)
+    defaults = {agent: trained / "checkpoints" / f"{agent}_sft" for agent in ("planner", "grounder")}
+    for agent, given in (("planner", planner), ("grounder", grounder)):
+        if given is None and not defaults[agent].is_dir():
+            where = f"{trained}: no such run folder" if not trained.is_dir() else f"{defaults[agent]}: no checkpoint"
+            raise RunError(f"{where}; train first (coalign train {config_name} --run-dir {trained}) or give --{agent}")
+    root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}" if planner or grounder else trained
+    planner, grounder = planner or str(defaults["planner"]), grounder or str(defaults["grounder"])
+    with removed_if_failed(root):
+        run = prepare_run(config, root, console, force, trains=False)
+        return evaluate_run(run, config, planner, grounder, console)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich.console import Console
+
 from coalign.formats.lumos import format_actions, format_subgoals
 from coalign.formats.lumos_iterative import planner_turn
 from coalign.models.load import longest_in_tokens
@@ -51,3 +53,17 @@ def room(tasks: Sequence[Task], role: str, tokenizer, limit: int) -> Room:
     side = 0 if role == "planner" else 1
     lengths = [longest_in_tokens(tokenizer, gold_outputs(t)[side]) for t in tasks]
     return Room(role, limit, sum(n > limit for n in lengths), max(lengths, default=0))
+
+
+def check_room(console: Console, name: str, tasks: list[Task], tokenizers: tuple, limits, block: str) -> dict[str, int]:
+    """`room` for the planner and the grounder (`tokenizers`, in that order) under the limits of `limits` (the
+    `eval` or `moat` settings, named `block`), said on the console when a gold turn does not fit; the number of
+    tasks over each agent's limit. An evaluation records that number with its metrics; a MOAT round only warns."""
+    over = {}
+    for (role, setting), tokenizer in zip((("planner", "plan"), ("grounder", "ground")), tokenizers):
+        field = f"max_new_tokens_{setting}"
+        fit = room(tasks, role, tokenizer, getattr(limits, field))
+        if line := fit.warning(name, f"{block}.{field}"):
+            console.print(f"[yellow]{line}[/yellow]")
+        over[role] = fit.tasks_over
+    return over

@@ -12,7 +12,7 @@
         evaluate
 
 Every stage works on units (`moat.units`): a onetime task (maths, QA) is one unit, its plan and
-action sequence whole, exactly as before units existed; a web task (Lumos's iterative formulation) gives
+action sequence whole, as Algorithm 1 states it; a web task (Lumos's iterative formulation) gives
 one unit per planner turn of its gold conversation: K next turns sampled against the gold prefix, each
 scored by the grounder's NLL of that turn's gold actions in the grounder's gold prefix, paired per turn,
 grounded per turn and judged per turn (`moat.turn_critic`; the LLM critic has no per-turn prompt and is
@@ -44,16 +44,11 @@ from coalign.core.jsonl import read_jsonl
 from coalign.core.runs import Run, read_json, value_digest, write_json, write_jsonl
 from coalign.formats.answers import answer_correct
 from coalign.formats.lumos import FormatError, format_subgoals, grounder_prompt, parse_subgoals
-from coalign.moat.cold_start import (
-    check_models,
-    check_room,
-    cold_starts,
-    evaluate_run,
-    load_split,
-    round_tasks,
-    train_agent,
-)
+from coalign.moat.cold_start import check_models, cold_starts, train_agent
 from coalign.moat.critic import CriticInput, make_critic, verdict_counts
+from coalign.moat.data import load_split, round_tasks
+from coalign.moat.evaluate import evaluate_run
+from coalign.moat.output_room import check_room
 from coalign.moat.pairs import auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
 from coalign.moat.sample import sample_completions
 from coalign.moat.scoring import score_completions
@@ -66,7 +61,7 @@ from coalign.tasks import Task
 from coalign.tasks.sources import refuse_in_rounds
 from coalign.tools.executor import execute
 from coalign.training.dpo import dpo
-from coalign.training.setup import inference_bf16, inference_settings, prepare_run, training_settings
+from coalign.training.setup import inference_bf16, inference_dependencies, prepare_run, training_dependencies
 
 
 def _rows(path: Path) -> list[dict]:
@@ -92,7 +87,7 @@ def _units(items) -> list[Unit]:
     for item in items:
         if isinstance(item, Task):
             if item.iterative:
-                raise ValueError(f"task {item.id!r} is iterative: pass its units (recipes.units.task_units)")
+                raise ValueError(f"task {item.id!r} is iterative: pass its units (moat.units.task_units)")
             item = Unit(item)
         out.append(item)
     return out
@@ -103,7 +98,7 @@ def _tasks(units: list[Unit]) -> list[Task]:
     return list({id(u.task): u.task for u in units}.values())
 
 
-def _settings(config: RunConfig, fields: tuple[str, ...], **values) -> dict:
+def _dependencies(config: RunConfig, fields: tuple[str, ...], **values) -> dict:
     """What a stage's output depends on besides its input files (recorded with it, `Run.stage`): the `moat`
     settings named in `fields`, and `values` (a seed, a digest of the prompts it was given)."""
     m = config.moat.model_dump(mode="json")
@@ -119,7 +114,7 @@ def _generation(config: RunConfig) -> dict | None:
     """The generation settings a stage's output depends on: the backend's block, and bf16 where the run uses it
     (absent otherwise, so a run folder made before bf16 existed resumes)."""
     block = config.generation.model_dump(mode="json") if config.generation else None
-    return {**(block or {}), **inference_settings(config)} or block
+    return {**(block or {}), **inference_dependencies(config)} or block
 
 
 def _turn_info(units: list[Unit], info: dict, count) -> dict:
@@ -145,11 +140,11 @@ def sample_stage(run: Run, r: int, config: RunConfig, planner: str, units: list[
         write_jsonl(path, [{**u.key, "candidates": c} for u, c in zip(units, candidates)])
         return _turn_info(units, {"tasks": len(_tasks(units)), "k": m.k}, len)
 
-    settings = _settings(
+    depends_on = _dependencies(
         config, ("k", "temperature", "top_p", "max_new_tokens_plan"), seed=config.seed,
         generation=_generation(config), units=_digest(units),
     )  # fmt: skip
-    run.stage(f"round{r}_sample", sample, [path], inputs=[planner], settings=settings)
+    run.stage(f"round{r}_sample", sample, [path], inputs=[planner], depends_on=depends_on)
     return [row["candidates"] for row in _rows(path)]
 
 
@@ -190,8 +185,8 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candi
         return {"scored": len(scores)}
 
     inputs = [grounder, _file(run, r, "candidates.jsonl")]
-    settings = _settings(config, ("k",), units=_digest(units), **inference_settings(config))
-    run.stage(f"round{r}_score", score, [path], inputs=inputs, settings=settings)
+    depends_on = _dependencies(config, ("k",), units=_digest(units), **inference_dependencies(config))
+    run.stage(f"round{r}_score", score, [path], inputs=inputs, depends_on=depends_on)
     return [row["scores"] for row in _rows(path)]
 
 
@@ -231,8 +226,8 @@ def pair_stage(run: Run, r: int, config: RunConfig, units, candidates, scores) -
         return _turn_info(units, counts(list(range(len(units)))), counts)
 
     inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "scores.jsonl")]
-    settings = _settings(config, ("score_reduction", "pair_threshold", "pair_gap_on"), units=_digest(units))
-    run.stage(f"round{r}_pairs", pair, [path], inputs=inputs, settings=settings)
+    depends_on = _dependencies(config, ("score_reduction", "pair_threshold", "pair_gap_on"), units=_digest(units))
+    run.stage(f"round{r}_pairs", pair, [path], inputs=inputs, depends_on=depends_on)
     return _rows(path)
 
 
@@ -263,8 +258,9 @@ def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dic
         )
         return {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}
 
-    settings = training_settings(config.planner_dpo, config.seed, config.lora, pairs)
-    run.stage(stage, train, [out] if pairs else [], inputs=[planner, _file(run, r, "pairs.jsonl")], settings=settings)
+    inputs = [planner, _file(run, r, "pairs.jsonl")]
+    depends_on = training_dependencies(config.planner_dpo, config.seed, config.lora, pairs)
+    run.stage(stage, train, [out] if pairs else [], inputs=inputs, depends_on=depends_on)
     return str(out) if run.stage_info(stage)["pairs"] else planner
 
 
@@ -291,12 +287,12 @@ def grounding_stage(run: Run, r: int, config: RunConfig, grounder: str, units, c
         write_jsonl(path, [{**u.key, "actions": flat[i * m.k : (i + 1) * m.k]} for i, u in enumerate(units)])
         return {"groundings": len(flat)}
 
-    settings = _settings(
+    depends_on = _dependencies(
         config, ("max_new_tokens_ground", "ground_temperature", "ground_top_p"), seed=config.seed,
         generation=_generation(config), units=_digest(units),
     )  # fmt: skip
     inputs = [grounder, _file(run, r, "candidates.jsonl")]
-    run.stage(f"round{r}_ground", ground, [path], inputs=inputs, settings=settings)
+    run.stage(f"round{r}_ground", ground, [path], inputs=inputs, depends_on=depends_on)
     return [row["actions"] for row in _rows(path)]
 
 
@@ -364,8 +360,8 @@ def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundi
         return info
 
     inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "groundings.jsonl")]
-    settings = _settings(config, ("critic", "critic_options", "use_corrected_subgoals"), units=_digest(units))
-    run.stage(f"round{r}_critic", judge, [path], inputs=inputs, settings=settings)
+    depends_on = _dependencies(config, ("critic", "critic_options", "use_corrected_subgoals"), units=_digest(units))
+    run.stage(f"round{r}_critic", judge, [path], inputs=inputs, depends_on=depends_on)
     return _rows(path)
 
 

@@ -72,7 +72,7 @@ def ship_base(source: str | Path, name: str) -> Path:
     return BASES / name
 
 
-SCRATCH = ("scratch", "tiny")  # `tiny` is the older name of `scratch`
+SCRATCH = ("scratch", "tiny")  # a model made from `models.tiny`, by either name
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # a name that may be a hub id when no folder has it
 RUNS = "runs"  # where every command puts its run folders unless given --run-dir
 _FOUND_ON_HUB: set[str] = set()  # hub ids this process has looked up, so each costs one request at most

@@ -17,6 +17,7 @@ from rich.console import Console
 from coalign.config import GRPOSettings, PilotRLSettings, RunConfig
 from coalign.core.parallel import Job, run_jobs
 from coalign.core.runs import write_json
+from coalign.pilotrl.curriculum import STAGE_MODES, stage_epochs
 from coalign.pilotrl.curves import bench_curves, plot_curves
 from coalign.pilotrl.recipe import run_pilotrl
 from coalign.pilotrl.report import write_report
@@ -54,7 +55,7 @@ def variant_config(config: RunConfig, variant: str, seed: int) -> RunConfig:
     settings = config.pilotrl.model_dump()
     settings["mode"] = overrides["mode"]
     settings["rl"] = None if overrides["rl"] is None else {**(settings["rl"] or {}), **overrides["rl"]}
-    pilotrl = PilotRLSettings.model_validate(settings)
+    pilotrl = PilotRLSettings.model_validate(settings, context={"stages": STAGE_MODES})
     return config.model_copy(update={"seed": seed, "name": f"{config.name}-{variant}-s{seed}", "pilotrl": pilotrl})
 
 
@@ -69,7 +70,7 @@ def variant_weight(variant: str) -> float:
     episode is about twice a ReAct one, and each GRPO epoch rolls out and trains anew (an SFT run counts 1)."""
     overrides = _variant(variant)
     rl = GRPOSettings(**overrides["rl"]) if overrides["rl"] else None
-    epochs = sum(rl.stage_epochs(name) for name in rl.order) if rl else 0
+    epochs = sum(stage_epochs(rl, name) for name in rl.order) if rl else 0
     return (2.0 if overrides["mode"] == "adaplan" else 1.0) * (1 + epochs)
 
 

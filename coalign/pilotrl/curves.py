@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from statistics import mean
 
-from coalign.config import STAGES
 from coalign.core.errors import DataError
 from coalign.core.runs import temp_sibling
+from coalign.pilotrl.curriculum import STAGES
 
 COMPONENTS = ("format", "adherence", "end_to_end", "plan_quality")  # `rewards.reward_functions`' names
 PANELS = (

@@ -2,14 +2,14 @@
 
 Read top to bottom: the expert's episodes on the held-in environments (plans chosen by
 generate-then-select, `expert.py`), a tiny model when asked for one, SFT with observations masked from
-the loss (the cold start), the GRPO stages of `pilotrl.rl.order` in turn (`config.STAGES`: 1 executor,
+the loss (the cold start), the GRPO stages of `pilotrl.rl.order` in turn (`curriculum.py`: 1 executor,
 2 planner, 3 joint, each continuing from the one before), and the AdaPlan runtime (`runtime.py`) on
-every held-in and held-out environment at each plan-update interval.
+every held-in and held-out environment at each plan-update interval. `coalign eval` evaluates a run's
+models again (`evaluate_checkpoint`); the helpers follow.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import re
 import time
@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from transformers import AutoConfig
 
-from coalign.config import STAGES, GenerationSettings, PilotRLSettings, RunConfig
+from coalign.config import GenerationSettings, PilotRLSettings, RunConfig
 from coalign.core.endpoint_options import PLANNER_OPTIONS, split_endpoint_options
 from coalign.core.errors import RunError
 from coalign.core.jsonl import read_jsonl
@@ -30,139 +30,12 @@ from coalign.models.backends import VLLMBackend
 from coalign.models.bases import starting_point
 from coalign.models.endpoint import OpenAIChat
 from coalign.models.load import adapter_base, is_adapter, load_tokenizer, longest_in_tokens, make_tiny_model
+from coalign.pilotrl.curriculum import STAGES, grpo_stages, stage_folder
 from coalign.pilotrl.expert import LLMPlans, expert_conversation
-from coalign.pilotrl.rewards import first_plan_correct, llm_judge
-from coalign.pilotrl.rollout import RolloutSpec, prompt_rows
+from coalign.pilotrl.metrics import eval_metrics
 from coalign.pilotrl.runtime import expert_guide, model_planner, run_episodes
-from coalign.pilotrl.stages import grpo_stage
-from coalign.training.setup import inference_bf16, prepare_run, removed_if_failed, training_settings
+from coalign.training.setup import inference_bf16, prepare_run, removed_if_failed, training_dependencies
 from coalign.training.sft import sft_conversations
-
-
-def training_episodes(settings: PilotRLSettings, seed: int, llm: LLMPlans | None = None) -> list[dict]:
-    """The expert's episodes on seeds 0..train_tasks-1 of each held-in environment, in the run's format;
-    each episode's plan-update interval drawn from `train_update_every` (by run seed, env and task); first
-    plans chosen among the expert's candidates and, with `llm`, an LLM's."""
-    rows = []
-    for name in settings.heldin:
-        for task in range(settings.train_tasks):
-            every = random.Random(f"{seed}/{name}/{task}").choice(settings.train_update_every)
-            messages = expert_conversation(name, task, settings.mode, every, llm)
-            rows.append({"env": name, "seed": task, "every": every, "messages": messages})
-    return rows
-
-
-def plan_llm(settings: PilotRLSettings) -> LLMPlans | None:
-    """The LLM source of candidate plans `pilotrl.plan_llm` describes (None when it is empty)."""
-    if not settings.plan_llm:
-        return None
-    endpoint, own = split_endpoint_options(settings.plan_llm, "plan_llm", PLANNER_OPTIONS)
-    return LLMPlans(OpenAIChat(endpoint), **own)
-
-
-def summarise(episodes: list[dict]) -> dict:
-    """Success rate (%), mean reward, steps and generated tokens per task, the share of turns written in
-    the format (%, 0 when no turn was taken), how episodes stopped and, for AdaPlan, the share of first
-    plans that solve their task followed on their own (%): a planning failure told from an acting one."""
-    n = len(episodes)
-    stops: dict[str, int] = {}
-    for e in episodes:
-        stops[e["stop"]] = stops.get(e["stop"], 0) + 1
-    turns = [t for e in episodes for t in e["turns"]]
-    return {
-        "tasks": n,
-        "success": 100 * sum(e["success"] for e in episodes) / n,
-        "reward": sum(e["reward"] for e in episodes) / n,
-        "steps": sum(e["steps"] for e in episodes) / n,
-        "tokens": sum(e["tokens"] for e in episodes) / n,
-        "well_formed": 100 * sum(not t["errors"] for t in turns) / len(turns) if turns else 0.0,
-        "stops": stops,
-        "plan_correct": (
-            100 * sum(first_plan_correct(e) for e in episodes) / n
-            if all(e.get("mode") == "adaplan" for e in episodes)
-            else None
-        ),
-    }
-
-
-def split_average(per_env: dict[str, dict], names: list[str]) -> dict:
-    """Unweighted mean over a split's environments (the paper's ID / OOD averages)."""
-    keys = ("success", "reward", "steps", "tokens", "well_formed", "plan_correct")
-    if not names:
-        return {}
-    return {
-        k: sum(per_env[n][k] for n in names) / len(names)
-        for k in keys
-        if all(per_env[n].get(k) is not None for n in names)
-    }
-
-
-def eval_metrics(rows: list[dict], settings: PilotRLSettings, every: int, rl_order: list[str] | None) -> dict:
-    """An evaluation's metrics from its episode records: per environment and per split. `rl_order`: the GRPO
-    stages the evaluated model went through (None: an SFT model), for the report's label."""
-    names = list(dict.fromkeys(r["env"] for r in rows))
-    per_env = {env: summarise([r for r in rows if r["env"] == env]) for env in names}
-    return {
-        "mode": settings.mode,
-        "rl_order": rl_order,
-        "update_every": every,
-        "envs": per_env,
-        "heldin_envs": list(settings.heldin),
-        "heldout_envs": list(settings.heldout),
-        "heldin": split_average(per_env, settings.heldin),
-        "heldout": split_average(per_env, settings.heldout),
-    }
-
-
-def eval_settings(settings: PilotRLSettings) -> dict:
-    """What an evaluation's episodes depend on besides the checkpoints and the plan-update interval (in the
-    stage's name): the environments, the tasks and the budgets."""
-    return settings.model_dump(
-        mode="json", include={"heldin", "heldout", "mode", "eval_tasks", "eval_seed", "max_new_tokens", "max_context"}
-    )
-
-
-def evaluate(
-    run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool,
-    rl_order: list[str] | None, planner: str | None = None, expert_plans: bool = False, bf16: bool = False,
-    generation: GenerationSettings | None = None,
-) -> dict:  # fmt: skip
-    """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/.
-    With `planner`, a separate model writes the plan blocks and the model at `model_path` the rest; with
-    `expert_plans`, the expert's remaining plan is given as each due plan block (under expert_k{every}/).
-    `bf16`: the models in bf16 (the run's `inference_bf16`). `generation`: the config's block; with vLLM its
-    engine writes the model's turns, every running episode's in one call a turn (an isolated planner and
-    the expert's plans stay on the model's own generate)."""
-    name = f"{'expert' if expert_plans else 'eval'}_k{every}"
-    vllm = generation is not None and generation.backend == "vllm"
-
-    def work() -> None:
-        agent = Agent.load(model_path, trust, generation, bf16=bf16)
-        writer = agent.backend.turns if isinstance(agent.backend, VLLMBackend) else None
-        if expert_plans:
-            guide = expert_guide
-        else:
-            guide = (
-                model_planner(Agent.load(planner, trust, bf16=bf16).model, settings.max_new_tokens) if planner else None
-            )
-        names = list(dict.fromkeys([*settings.heldin, *settings.heldout]))
-        tasks = [(env, settings.eval_seed + i) for env in names for i in range(settings.eval_tasks)]
-        given = ", the expert's plans given" if expert_plans else ""
-        console.print(f"[bold]{name}[/bold]: {settings.eval_tasks} tasks on each of {', '.join(names)} "
-                      f"({settings.mode}, plan update every {every}{given})")  # fmt: skip
-        episodes = run_episodes(
-            agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
-            settings.max_context, len(tasks) if writer else settings.batch_size, desc=name, guide=guide, writer=writer,
-        )  # fmt: skip
-        rows = [e.to_json() for e in episodes]
-        write_jsonl(run.path(name, "episodes.jsonl"), rows)
-        write_json(run.path(name, "metrics.json"), eval_metrics(rows, settings, every, rl_order))
-
-    run.stage(name, work, [run.path(name)], inputs=[model_path, *([planner] if planner else [])],
-              settings={**eval_settings(settings), **({"bf16": True} if bf16 else {}),
-                        **({"generation": "vllm"} if vllm else {})})  # fmt: skip
-    # recomputed from the episodes, so a run evaluated before a measure was added reports it too
-    return eval_metrics([row for _, row in read_jsonl(run.path(name, "episodes.jsonl"))], settings, every, rl_order)
 
 
 def run_pilotrl(
@@ -203,7 +76,7 @@ def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) 
 
     keys = ("heldin", "mode", "train_tasks", "train_update_every", "plan_llm")
     wanted = {key: getattr(settings, key) for key in keys}
-    run.stage("expert_episodes", expert_episodes, [episodes], settings={**wanted, "seed": config.seed})
+    run.stage("expert_episodes", expert_episodes, [episodes], depends_on={**wanted, "seed": config.seed})
     conversations = [row["messages"] for _, row in read_jsonl(episodes)]
     if init is None:
         init = str(run.path("models", "tiny-init"))
@@ -214,7 +87,7 @@ def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) 
                 make_tiny_model([lumos_chat(m) for m in conversations], tmp, config.models.tiny, seed=config.seed)
 
         shape = {"tiny": config.models.tiny.model_dump(mode="json"), "seed": config.seed}
-        run.stage("init", tiny, [init], inputs=[episodes], settings=shape)
+        run.stage("init", tiny, [init], inputs=[episodes], depends_on=shape)
     out = run.path("checkpoints", "sft")
 
     def train() -> dict:
@@ -231,8 +104,8 @@ def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) 
         )
         return {"episodes": len(conversations), **read_json(out / "train_log.json")}
 
-    trained = training_settings(settings.sft, config.seed, config.lora, conversations)
-    run.stage("sft", train, [out], inputs=[init, episodes], settings=trained)
+    trained = training_dependencies(settings.sft, config.seed, config.lora, conversations)
+    run.stage("sft", train, [out], inputs=[init, episodes], depends_on=trained)
     longest = longest_turn(load_tokenizer(out, trust), conversations)
     if longest > settings.max_new_tokens:
         console.print(
@@ -249,55 +122,6 @@ def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) 
             f"max_position_embeddings {positions}: later positions are extrapolated, as the model was not made for them"
         )
     return str(out)
-
-
-def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tuple[str, str | None]:
-    """The GRPO stages of `pilotrl.rl.order` on the held-in environments' seeds after the SFT's, each from
-    the checkpoint of the one before; a `separate` stage (isolated planner) trains a second model from the
-    cold start `cold` beside the current one, fixed. The paths of the last checkpoint and of a separate
-    planner (None without one)."""
-    settings, rl, trust = config.pilotrl, config.pilotrl.rl, config.models.trust_remote_code
-    seeds = range(settings.train_tasks, settings.train_tasks + rl.tasks)
-    rows = prompt_rows([(name, seed) for name in settings.heldin for seed in seeds], settings.mode)
-    model, planner = cold, None
-    for i, name in enumerate(rl.order, 1):
-        stage, out = STAGES[name], run.path("checkpoints", stage_folder(i, name))
-        init, executor = (cold, model) if stage.separate else (model, None)
-        spec = RolloutSpec(
-            stage.mode, rl.update_every, stage.guided, stage.train,
-            settings.max_new_tokens, settings.max_context, settings.batch_size,
-        )  # fmt: skip
-
-        def train(init: str = init, out: Path = out, stage=stage, spec: RolloutSpec = spec, executor=executor) -> dict:
-            beside = f", beside the fixed executor {executor}" if executor else ""
-            console.print(f"[bold]grpo stage {stage.label} ({stage.name})[/bold]: {len(rows)} tasks x "
-                          f"{rl.num_generations} rollouts, rewards {' + '.join(stage.rewards)}, trains "
-                          f"{stage.train} tokens, from {init}{beside}")  # fmt: skip
-            judged = {"adherence", "plan_quality"} & set(stage.rewards)
-            judge = llm_judge(rl.judge_options) if rl.judge == "llm" and judged else None
-            grpo_stage(
-                init, out, rows, stage, rl, spec, config.seed, trust, judge=judge, executor=executor,
-                lora=config.lora,
-            )  # fmt: skip
-            log = read_json(out / "train_log.json")
-            record = {"tasks": len(rows), "steps": log["steps"], "grpo_stage": stage.name}
-            return {**record, "judge": judge.stats} if judge else record
-
-        trained = {**training_settings(rl, config.seed, config.lora, rows), "rollout": dataclasses.asdict(spec)}
-        del trained["training"]["order"]  # the stages before this one are its input checkpoint
-        run.stage(f"grpo{i}_{name}", train, [out], inputs=[init, *([executor] if executor else [])], settings=trained)
-        if stage.separate:
-            planner = str(out)
-        else:
-            model = str(out)
-    return model, planner
-
-
-def longest_turn(tokenizer, conversations: list[list[dict]]) -> int:
-    """Tokens of the longest model turn (its end-of-turn token included) in the training episodes."""
-    eos = tokenizer.eos_token or ""
-    turns = (m["content"] + eos for messages in conversations for m in messages if m["role"] == "assistant")
-    return longest_in_tokens(tokenizer, turns)
 
 
 def evaluate_all(
@@ -319,6 +143,49 @@ def evaluate_all(
             )
     write_json(run.path("metrics.json"), results)
     return results
+
+
+def evaluate(
+    run: Run, settings: PilotRLSettings, model_path: str, every: int, console: Console, trust: bool,
+    rl_order: list[str] | None, planner: str | None = None, expert_plans: bool = False, bf16: bool = False,
+    generation: GenerationSettings | None = None,
+) -> dict:  # fmt: skip
+    """Run the agent on `eval_tasks` seeds of every environment; episodes and metrics under eval_k{every}/.
+    With `planner`, a separate model writes the plan blocks and the model at `model_path` the rest; with
+    `expert_plans`, the expert's remaining plan is given as each due plan block (under expert_k{every}/).
+    `bf16`: the models in bf16 (the run's `inference_bf16`). `generation`: the config's block; with vLLM its
+    engine writes the model's turns, every running episode's in one call a turn (an isolated planner and
+    the expert's plans stay on the model's own generate)."""
+    name = f"{'expert' if expert_plans else 'eval'}_k{every}"
+    vllm = generation is not None and generation.backend == "vllm"
+
+    def work() -> None:
+        agent = Agent.load(model_path, trust, generation, bf16=bf16)
+        writer = agent.backend.turns if isinstance(agent.backend, VLLMBackend) else None
+        if expert_plans:
+            guide = expert_guide
+        else:
+            guide = (
+                model_planner(Agent.load(planner, trust, bf16=bf16).model, settings.max_new_tokens) if planner else None
+            )
+        names = list(dict.fromkeys([*settings.heldin, *settings.heldout]))
+        tasks = [(env, settings.eval_seed + i) for env in names for i in range(settings.eval_tasks)]
+        given = ", the expert's plans given" if expert_plans else ""
+        console.print(f"[bold]{name}[/bold]: {settings.eval_tasks} tasks on each of {', '.join(names)} "
+                      f"({settings.mode}, plan update every {every}{given})")  # fmt: skip
+        episodes = run_episodes(
+            agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
+            settings.max_context, len(tasks) if writer else settings.batch_size, desc=name, guide=guide, writer=writer,
+        )  # fmt: skip
+        rows = [e.to_json() for e in episodes]
+        write_jsonl(run.path(name, "episodes.jsonl"), rows)
+        write_json(run.path(name, "metrics.json"), eval_metrics(rows, settings, every, rl_order))
+
+    run.stage(name, work, [run.path(name)], inputs=[model_path, *([planner] if planner else [])],
+              depends_on={**eval_dependencies(settings), **({"bf16": True} if bf16 else {}),
+                        **({"generation": "vllm"} if vllm else {})})  # fmt: skip
+    # from the episodes, not metrics.json: a finished evaluation reports every measure `eval_metrics` takes
+    return eval_metrics([row for _, row in read_jsonl(run.path(name, "episodes.jsonl"))], settings, every, rl_order)
 
 
 def evaluate_checkpoint(
@@ -344,11 +211,6 @@ def evaluate_checkpoint(
     return evaluate_all(run, config, str(final), console, order, str(planner) if planner else None)
 
 
-def stage_folder(index: int, name: str) -> str:
-    """The checkpoint folder of the `index`-th GRPO stage (from 1), inside the run's checkpoints/."""
-    return f"grpo{index}-{name}"
-
-
 def final_models(run_dir: Path, config: RunConfig) -> tuple[Path, Path | None]:
     """Where a run's training leaves its model (the last stage's checkpoint that is not an isolated planner,
     the SFT one without GRPO stages) and its isolated planner (None without a separate stage)."""
@@ -364,10 +226,46 @@ def final_models(run_dir: Path, config: RunConfig) -> tuple[Path, Path | None]:
 
 def stages_of(checkpoint: str, config: RunConfig) -> list[str] | None:
     """The GRPO stages a checkpoint went through, read from its folder name: `grpo{i}-{stage}` (as
-    `config.STAGES` names them) is the first i stages of `pilotrl.rl.order`; anything else is taken for an SFT
+    `curriculum.STAGES` names them) is the first i stages of `pilotrl.rl.order`; anything else is taken for an SFT
     model (the label of an evaluation, which must not follow the config's order for an SFT checkpoint)."""
     found = re.fullmatch(r"grpo(\d+)-(\w+)", Path(checkpoint).name)
     order = config.pilotrl.rl.order if config.pilotrl.rl else []
     if found is None or not 0 < int(found[1]) <= len(order) or order[int(found[1]) - 1] != found[2]:
         return None
     return order[: int(found[1])]
+
+
+def training_episodes(settings: PilotRLSettings, seed: int, llm: LLMPlans | None = None) -> list[dict]:
+    """The expert's episodes on seeds 0..train_tasks-1 of each held-in environment, in the run's format;
+    each episode's plan-update interval drawn from `train_update_every` (by run seed, env and task); first
+    plans chosen among the expert's candidates and, with `llm`, an LLM's."""
+    rows = []
+    for name in settings.heldin:
+        for task in range(settings.train_tasks):
+            every = random.Random(f"{seed}/{name}/{task}").choice(settings.train_update_every)
+            messages = expert_conversation(name, task, settings.mode, every, llm)
+            rows.append({"env": name, "seed": task, "every": every, "messages": messages})
+    return rows
+
+
+def plan_llm(settings: PilotRLSettings) -> LLMPlans | None:
+    """The LLM source of candidate plans `pilotrl.plan_llm` describes (None when it is empty)."""
+    if not settings.plan_llm:
+        return None
+    endpoint, own = split_endpoint_options(settings.plan_llm, "plan_llm", PLANNER_OPTIONS)
+    return LLMPlans(OpenAIChat(endpoint), **own)
+
+
+def longest_turn(tokenizer, conversations: list[list[dict]]) -> int:
+    """Tokens of the longest model turn (its end-of-turn token included) in the training episodes."""
+    eos = tokenizer.eos_token or ""
+    turns = (m["content"] + eos for messages in conversations for m in messages if m["role"] == "assistant")
+    return longest_in_tokens(tokenizer, turns)
+
+
+def eval_dependencies(settings: PilotRLSettings) -> dict:
+    """What an evaluation's episodes depend on besides the checkpoints and the plan-update interval (in the
+    stage's name): the environments, the tasks and the budgets."""
+    return settings.model_dump(
+        mode="json", include={"heldin", "heldout", "mode", "eval_tasks", "eval_seed", "max_new_tokens", "max_context"}
+    )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coalign.config import order_label
 from coalign.core.runs import atomic_write_text
+from coalign.pilotrl.curriculum import order_label
 from coalign.reports.stats import mean_std, paired_diff, paired_t, seeds_of, t_bars
 from coalign.reports.tables import SPLITS, pipe_table
 

@@ -1,5 +1,6 @@
-"""GRPO with TRL's GRPOTrainer, resumable: the caller hands in the episodes (`rollout_func`) and the reward
-functions; PilotRL's stages (`pilotrl.stages`) hand in the AdaPlan runtime's and the stage's rewards.
+"""GRPO with TRL's GRPOTrainer, resumable: the caller hands in the episodes (`rollout_func`), the reward
+functions and how long to train; PilotRL's stages (`pilotrl.curriculum`) hand in the AdaPlan runtime's, the
+stage's rewards and its epochs.
 
 A stage saves a trainer checkpoint every `save_steps` steps under `<out>/trainer/`; run again after a
 kill, it resumes from the last one (weights, optimizer, scheduler, RNG states and the data order), and
@@ -19,7 +20,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from coalign.config import GRPOSettings, LoraSettings, Stage
+from coalign.config import GRPOSettings, LoraSettings
 from coalign.core.errors import RunError
 from coalign.models.load import load_tokenizer
 from coalign.models.vllm_engine import INSTALL, engine_options, on_cpu, reload_weights, set_cpu_defaults
@@ -28,7 +29,7 @@ from coalign.training.common import common_args, train_and_save, training_model,
 
 class EpochSampler(RepeatSampler):
     """TRL's sampler, each epoch's task order drawn from (seed, epoch). TRL's draws epoch after epoch from one
-    generator, which a resumed run builds anew: resumed into its second epoch, a stage replayed the first
+    generator, which a resumed run builds anew: a stage resumed into its second epoch would replay the first
     epoch's order. The trainer calls `set_epoch` before every epoch, resumed or not."""
 
     def set_epoch(self, epoch: int) -> None:
@@ -85,15 +86,15 @@ def colocated_on_cpu(args: GRPOConfig) -> Iterator[None]:
 
 def grpo_config(
     settings: GRPOSettings,
-    stage: Stage,
+    epochs: float,
     out: Path,
     seed: int,
     reward_weights: list[float],
     turn_tokens: int,
     context_tokens: int | None = None,
 ) -> GRPOConfig:
-    """TRL's arguments for one stage from our settings. `turn_tokens`: the rollouts' budget per turn, which
-    is what vLLM generates at most per call (the trainer cuts nothing that a rollout function returns).
+    """TRL's arguments for one stage of `epochs` from our settings. `turn_tokens`: the rollouts' budget per turn,
+    which is what vLLM generates at most per call (the trainer cuts nothing that a rollout function returns).
     `context_tokens`: an episode's whole budget (`pilotrl.max_context`: a turn is written only where its context
     and its tokens fit in it), so the longest sequence vLLM holds; unset, vLLM takes the model's own limit
     (131,072 tokens for Llama-3.1), whose KV cache a colocated engine's share of the GPU cannot hold."""
@@ -104,7 +105,7 @@ def grpo_config(
         GRPOConfig,
         **common_args(settings, out, seed, "pilotrl.rl"),
         reward_weights=reward_weights,
-        num_train_epochs=settings.stage_epochs(stage.name),
+        num_train_epochs=epochs,
         num_generations=settings.num_generations,
         temperature=settings.temperature,
         top_p=settings.top_p,
@@ -136,12 +137,14 @@ def train_grpo(
     init: str | Path,
     out: str | Path,
     rows: list[dict],
-    stage: Stage,
     settings: GRPOSettings,
     reward_funcs: list[Callable[..., list[float]]],
     reward_weights: list[float],
     rollout_func: Callable[[list, object], dict],
     turn_tokens: int,
+    *,
+    name: str,
+    epochs: float,
     seed: int = 0,
     trust_remote_code: bool = False,
     lora: LoraSettings | None = None,
@@ -149,12 +152,13 @@ def train_grpo(
 ) -> Path:
     """Train the model at `init` (LoRA adapters under `lora`) by GRPO on the prompts of `rows`, each one's
     completions from `rollout_func` (at most `turn_tokens` per generation call, `context_tokens` per episode),
-    scored by `reward_funcs` weighted by `reward_weights`; save it to `out`."""
+    scored by `reward_funcs` weighted by `reward_weights`, for `epochs`; save it to `out`, its train_log.json
+    naming the stage (`name`)."""
     out = Path(out)
     if not rows:
         raise ValueError(f"no training tasks for {out}: the dataset is empty")
     tokenizer = load_tokenizer(init, trust_remote_code)
-    config = grpo_config(settings, stage, out, seed, reward_weights, turn_tokens, context_tokens)
+    config = grpo_config(settings, epochs, out, seed, reward_weights, turn_tokens, context_tokens)
     model, peft_config = training_model(init, trust_remote_code, lora)  # after its config: `training_model`
 
     def trainer() -> GRPOTrainer:
@@ -171,5 +175,5 @@ def train_grpo(
     checkpoints = out / "trainer"
     resume = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
     return train_and_save(
-        trainer, tokenizer, out, resume=resume, lora=lora, trust_remote_code=trust_remote_code, stage=stage.name
+        trainer, tokenizer, out, resume=resume, lora=lora, trust_remote_code=trust_remote_code, stage=name
     )

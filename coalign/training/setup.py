@@ -1,5 +1,5 @@
 """What every recipe does first with its run folder: check the run can go, open it, record its config; and
-what a trained checkpoint depends on (`training_settings`), recorded with each training stage.
+what a trained checkpoint depends on (`training_dependencies`), recorded with each training stage.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ EVALUATION_ONLY = ("generation",)
 def record_config(run: Run, config: RunConfig, force: bool = False, trains: bool = True) -> None:
     """Save the run's config. A run folder holding a different one is refused, naming the keys that differ,
     unless `force`: then the old config is kept in `config.history/` and finished stages stay finished, but
-    for those whose own settings changed (`Run.stage`). A folder with no finished stage (a start that failed)
-    takes the new config as it is: nothing in it was made under the old one. A run that does not train (an
+    for those whose dependencies changed (`Run.stage`'s `depends_on`). A folder with no finished stage (a start
+    that failed) takes the new config as it is: nothing in it was made under the old one. A run that does not train (an
     evaluation of its checkpoints) may differ in `EVALUATION_ONLY` settings, and leaves the saved config as
     training wrote it."""
     text, saved = config_to_yaml(config), run.path("config.yaml")
@@ -145,13 +145,13 @@ def inference_bf16(config: RunConfig) -> bool:
     """Whether the run's generation and scoring load their models in bf16: the run's own `bf16` decided, or without
     one, bf16 where any training stage trains in bf16. The agents are then models trained on a bf16 machine: in
     fp32 two 7B ones took ~56 GB a GPU (issue 55). A config whose stages all train in fp32 (the tiny ones) infers
-    in fp32, as before, so its results do not move."""
+    in fp32 too, so its numbers stay those of the results recorded for it."""
     if config.bf16 is not None:
         return decide_bf16(config.bf16, "bf16")
     return any(decide_bf16(s.bf16, f"{name}.bf16") for name, s in config.stage_settings().items())
 
 
-def inference_settings(config: RunConfig) -> dict:
+def inference_dependencies(config: RunConfig) -> dict:
     """What a stage that generates or scores records of its precision: `{"bf16": True}` in bf16, else nothing, so
     run folders made before bf16 existed resume."""
     return {"bf16": True} if inference_bf16(config) else {}
@@ -235,7 +235,7 @@ def prepare_run(
     return run
 
 
-def training_settings(settings: BaseModel, seed: int, lora: LoraSettings | None, data) -> dict:
+def training_dependencies(settings: BaseModel, seed: int, lora: LoraSettings | None, data) -> dict:
     """What a trained checkpoint depends on besides its input files: the stage's training settings, the seed,
     the adapters and a digest of its examples (`data`). Recorded with the stage (`Run.stage`), so a forced
     resume after any of them changed trains again instead of keeping a checkpoint made under others."""

@@ -179,6 +179,40 @@ def test_eval_of_a_missing_run_folder_is_a_clear_error(tmp_path):
     assert not missing.exists()  # nothing created
 
 
+def test_eval_of_a_missing_run_folder_names_the_config_as_given(tmp_path):
+    """The moat evaluator, looked up in the registry, suggests the train command with the config as it was named."""
+    from coalign.config import resolve_config_path
+
+    config, missing = resolve_config_path("tiny"), tmp_path / "run"
+    result = runner.invoke(app, ["eval", str(config), "--run-dir", str(missing)])
+    assert result.exit_code == 2
+    assert f"train first (coalign train {config} --run-dir {missing}) or give --planner" in " ".join(
+        result.output.split()
+    )
+
+
+def test_bench_takes_variants_and_recipes_as_a_hidden_alias(tmp_path):
+    """`--variants` names what a bench compares; `--recipes`, as the commands in docs/ give it, still works."""
+    help_text = runner.invoke(app, ["bench", "--help"]).output
+    assert "--variants" in help_text and "--recipes" not in help_text
+    for option in ("--variants", "--recipes"):
+        result = runner.invoke(app, ["bench", "tiny", "--run-dir", str(tmp_path / "b"), option, "nope", "--seeds", "0"])
+        assert result.exit_code == 2 and "unknown recipe 'nope'" in result.output
+    assert not (tmp_path / "b").exists()
+
+
+def test_every_demo_is_a_bench_of_its_config_that_the_demo_help_names():
+    """The demos are the registry's (`DEMOS`); the CLI names them in its help without loading the registry."""
+    from coalign.cli import _config
+    from coalign.registry import DEMOS, recipe
+
+    help_text = " ".join(runner.invoke(app, ["demo", "--help"]).output.split())
+    assert f"which demo: {', '.join(list(DEMOS)[:-1])} or {list(DEMOS)[-1]}" in help_text
+    for demo in DEMOS.values():
+        config = _config(demo.config, list(demo.settings))
+        assert set(demo.variants) <= set(recipe(config.recipe).bench_variants)
+
+
 def test_eval_reads_a_shipped_base_name_as_its_folder_not_a_hub_id(tmp_path):
     from coalign.cli import _checkpoint
     from coalign.models.bases import base_path, shipped_bases

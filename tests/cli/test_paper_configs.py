@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coalign.config import BUNDLED, STAGES, LoraSettings, load_config
+from coalign.config import BUNDLED, LoraSettings, load_config
+from coalign.pilotrl.curriculum import stage_epochs
 from coalign.tasks.fetch import LUMOS_SETS
 
 MOAT = {
@@ -69,7 +70,7 @@ def test_pilotrl_config_holds_the_papers_grpo_settings(name):
     assert (settings.model, settings.mode, settings.train_update_every) == (PILOTRL[name], "adaplan", [1])
     assert (settings.heldin, settings.heldout) == (["household", "crafting", "wordle", "iqa"], ["babyai", "maze"])
     assert rl.order == ["executor", "planner", "joint"]
-    assert {stage: rl.epochs.get(stage, STAGES[stage].epochs) for stage in rl.order} == {
+    assert {stage: stage_epochs(rl, stage) for stage in rl.order} == {
         "executor": 1, "planner": 2, "joint": 1
     }  # fmt: skip
     assert (rl.num_generations, rl.learning_rate, rl.beta, rl.epsilon, rl.temperature) == (16, 1e-6, 0.0, 0.2, 1.0)

@@ -60,9 +60,10 @@ def test_an_unknown_demo_names_the_three():
 
 
 def test_the_smol_demo_is_the_bench_at_a_quarter():
-    from coalign.cli import SMOL_DEMO_SETTINGS, _config
+    from coalign.cli import _config
+    from coalign.registry import DEMOS
 
-    bench, demo = load_config("smol"), _config("smol", SMOL_DEMO_SETTINGS)
+    bench, demo = load_config("smol"), _config("smol", list(DEMOS["smol"].settings))
     assert demo.data.train[0].n * 4 == bench.data.train[0].n and demo.data.train[0].subgoals == "deferred"
     assert demo.moat.tasks < bench.moat.tasks and demo.data.heldout[0].n < bench.data.heldout[0].n
     assert demo.models == bench.models and demo.planner_sft == bench.planner_sft

@@ -207,3 +207,26 @@ def test_recipe_names_come_from_the_registry():
         assert load_config("tiny", {"recipe": name}).recipe == name
     with pytest.raises(ConfigError, match=r"field 'recipe': .*unknown recipe 'pilot'; known: lumos, moat"):
         load_config("tiny", {"recipe": "pilot"})
+
+
+def test_grpo_stages_come_from_the_curriculum(tmp_path):
+    """The config sits below PilotRL, which defines the stages: the registry's loader hands them in, and a stage
+    it does not know, or one of the other mode, is refused naming the file, line and field."""
+    from coalign.registry import load_config
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nrecipe: pilotrl\npilotrl:\n  rl:\n    order: [executor, four]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (
+        f"invalid config:\n  {path}, line 4: field 'pilotrl.rl': Value error, unknown GRPO stage 'four'; "
+        "the stages are executor, planner, joint, all, vanilla, planner_isolated"
+    )
+    path.write_text("name: x\nrecipe: pilotrl\npilotrl:\n  rl:\n    order: [vanilla]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (
+        f"invalid config:\n  {path}, line 3: field 'pilotrl': Value error, GRPO stage 'vanilla' runs react "
+        "episodes, not pilotrl.mode adaplan"
+    )
+    assert load_config(path, {"pilotrl": {"mode": "react"}}).pilotrl.rl.order == ["vanilla"]

@@ -130,7 +130,7 @@ def test_a_bench_of_jobs_launched_as_two_processes_writes_what_one_process_write
     monkeypatch.setattr(parallel, "subprocess", SimpleNamespace(run=run))
     path, one = one_process_bench
     two = tmp_path / "two"
-    args = ["bench", str(path), "--run-dir", str(two), "--seeds", "0", "--recipes", "lumos", "--workers", "1"]
+    args = ["bench", str(path), "--run-dir", str(two), "--seeds", "0", "--variants", "lumos", "--workers", "1"]
     result = CliRunner().invoke(app, [*args, "--procs-per-job", "2"])
     assert result.exit_code == 0, result.output
     assert launches_made == ["2"] * 4  # the grounder's and the planner's SFT, round 0's evaluation, the rounds
@@ -151,7 +151,7 @@ def test_a_bench_through_ray_writes_the_run_folders_the_local_executor_writes(tm
     process, and the same results, plus each job's log (a lone local job prints to the terminal)."""
     path, here = one_process_bench
     on_ray = tmp_path / "ray"
-    args = ["bench", str(path), "--run-dir", str(on_ray), "--seeds", "0", "--recipes", "lumos", "--workers", "2"]
+    args = ["bench", str(path), "--run-dir", str(on_ray), "--seeds", "0", "--variants", "lumos", "--workers", "2"]
     with ray_folder() as folder, open(tmp_path / "out.txt", "w") as out:
         env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES} | RAY_ENV
         code = subprocess.run(

@@ -170,7 +170,7 @@ def test_only_the_stages_a_recipe_trains_are_checked(monkeypatch, tmp_path):
 
 
 def test_a_stage_names_its_config_key_when_its_batch_cannot_split(monkeypatch, tmp_path):
-    from coalign.config import STAGES, DPOSettings, GRPOSettings
+    from coalign.config import DPOSettings, GRPOSettings
     from coalign.training.common import common_args
     from coalign.training.grpo import grpo_config
 
@@ -179,7 +179,7 @@ def test_a_stage_names_its_config_key_when_its_batch_cannot_split(monkeypatch, t
         common_args(DPOSettings(batch_size=3, grad_accum=1), tmp_path, 0, "planner_dpo")
     rl = GRPOSettings(batch_size=3, grad_accum=2, num_generations=2)
     with pytest.raises(RunError, match=r"^pilotrl\.rl\.batch_size 3 .* set .* to 4 or 8$"):  # multiples of 4 and 2
-        grpo_config(rl, STAGES["executor"], tmp_path, 0, [1.0], 16)
+        grpo_config(rl, 1.0, tmp_path, 0, [1.0], 16)
 
 
 def test_bench_refuses_to_run_under_a_launcher(monkeypatch):

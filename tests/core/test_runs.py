@@ -139,7 +139,7 @@ def test_a_stage_runs_its_work_once_and_not_after_it_fails(tmp_path):
     assert not run.is_done("t")
 
 
-def test_a_stage_is_redone_when_the_settings_it_ran_under_change(tmp_path, caplog):
+def test_a_stage_is_redone_when_what_it_depends_on_changes(tmp_path, caplog):
     """An evaluation kept by a forced resume must not report its old task set as the new one's."""
     run, calls = Run(tmp_path), []
 
@@ -147,24 +147,24 @@ def test_a_stage_is_redone_when_the_settings_it_ran_under_change(tmp_path, caplo
         calls.append(1)
         run.path("out.jsonl").write_text(f'{{"n": {len(calls)}}}\n')
 
-    run.stage("eval", work, [run.path("out.jsonl")], settings={"eval_tasks": 5, "envs": ("a", "b")})
-    run.stage("eval", work, [run.path("out.jsonl")], settings={"envs": ["a", "b"], "eval_tasks": 5})  # same, as JSON
+    run.stage("eval", work, [run.path("out.jsonl")], depends_on={"eval_tasks": 5, "envs": ("a", "b")})
+    run.stage("eval", work, [run.path("out.jsonl")], depends_on={"envs": ["a", "b"], "eval_tasks": 5})  # same, as JSON
     assert len(calls) == 1 and run.stage_info("eval")["settings"] == {"envs": ["a", "b"], "eval_tasks": 5}
     with caplog.at_level(logging.WARNING):
-        run.stage("eval", work, [run.path("out.jsonl")], settings={"eval_tasks": 10, "envs": ["a", "b"]})
+        run.stage("eval", work, [run.path("out.jsonl")], depends_on={"eval_tasks": 10, "envs": ["a", "b"]})
     assert len(calls) == 2 and "stage eval is redone: setting eval_tasks: 5 -> 10" in caplog.text
     assert run.stage_info("eval")["settings"]["eval_tasks"] == 10
 
 
-def test_a_record_without_settings_stands_only_while_the_config_is_unchanged(tmp_path, caplog):
-    """Stages recorded before settings were kept: the config they ran under tells whether they still hold."""
+def test_a_record_without_dependencies_stands_only_while_the_config_is_unchanged(tmp_path, caplog):
+    """Stages recorded without their dependencies: the config they ran under tells whether they still hold."""
     run = Run(tmp_path)
     atomic_write_text(run.path("config.yaml"), "eval_tasks: 5\n")
     run.path("out.jsonl").write_text("{}\n")
-    run.mark_done("eval", [run.path("out.jsonl")])  # no settings, as older runs wrote
+    run.mark_done("eval", [run.path("out.jsonl")])  # recorded without dependencies
     assert run.is_done("eval", {"eval_tasks": 5})
     atomic_write_text(run.path("config.yaml"), "eval_tasks: 10\n")  # a forced resume with another config
-    assert run.is_done("eval")  # a stage without settings is kept, as --force promises
+    assert run.is_done("eval")  # a stage without dependencies is kept, as --force promises
     with caplog.at_level(logging.WARNING):
         assert not run.is_done("eval", {"eval_tasks": 10})
     assert "settings were not recorded and the config has changed" in caplog.text

@@ -10,8 +10,8 @@ import pytest
 from coalign.config import EvalSettings, load_config
 from coalign.formats.lumos import TOOL_PREAMBLES, format_actions, format_subgoals, parse_grounder_prompt
 from coalign.moat import evaluate
-from coalign.moat.cold_start import round_tasks
 from coalign.moat.critic import CriticInput, ExecutionCritic
+from coalign.moat.data import round_tasks
 from coalign.moat.evaluate import blank_plan, evaluate_tasks, family_summaries, set_family, split_summary
 from coalign.moat.recipe import round_premise
 from coalign.moat.report import accuracy_table, per_round_table, ppl_table, premise_table, write_report
@@ -109,7 +109,7 @@ def test_a_round_takes_each_familys_share_of_its_tasks():
     tasks = round_tasks(config, train)
     assert [t.family for t in tasks] == ["maths"] * 7 + ["qa"] * 3  # 6.67 and 3.33: the remainder to maths
     assert tasks == train[:7] + train[30:33]
-    assert round_tasks(config, train[:30]) == train[:10]  # one family: the first n, as before
+    assert round_tasks(config, train[:30]) == train[:10]  # one family: simply its first n
     assert round_tasks(load_config("tiny", {"moat": {"tasks": None}}), train) == train
 
 

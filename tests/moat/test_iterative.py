@@ -74,7 +74,7 @@ def test_sft_prompts_render_as_the_loop_renders_them_and_mixed_data_keeps_onetim
     conversation, turn = examples[-1]
     assert data["prompt"][-1] == chat_prompt(conversation) == render_prompt(tok, conversation)
     assert data["prompt"][-1].endswith("<|assistant|>\n") and data["completion"][-1] == turn == STOP_PLANNING
-    assert data["prompt"][0] == render_prompt(tok, examples[0][0])  # onetime rows as before
+    assert data["prompt"][0] == render_prompt(tok, examples[0][0])  # a onetime row keeps its plain prompt
 
 
 def test_turn_examples_refuse_a_conversation_without_a_last_assistant_turn() -> None:
@@ -221,7 +221,7 @@ def test_evaluation_reports_the_set_metric_diagnostics_and_rows(scripted, monkey
 def test_runs_and_moat_rounds_take_web_tasks() -> None:
     tasks, record = load_data([DataSource(kind="web_suite", split="train", n=2)], skip_bad_rows=False)
     assert record["tasks"] == 2 and all(t.iterative for t in tasks)
-    refuse_in_rounds(tasks, "MOAT rounds")  # MOAT per turn (recipes.units)
+    refuse_in_rounds(tasks, "MOAT rounds")  # MOAT per turn (moat.units)
     refuse_in_rounds(generate_suite("train", 2), "MOAT rounds")
 
 

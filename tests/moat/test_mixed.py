@@ -119,7 +119,7 @@ def test_a_forced_resume_with_other_evaluation_sets_evaluates_them(mixed_run, tm
     numbers must be those of the sets the config now names."""
     import shutil
 
-    from coalign.moat.cold_start import evaluate_run
+    from coalign.moat.evaluate import evaluate_run
     from coalign.training.setup import prepare_run
 
     run_dir, _ = mixed_run

@@ -14,7 +14,7 @@ from coalign.formats.lumos import grounder_prompt, planner_prompt
 from coalign.formats.lumos_iterative import chat_prompt, planner_turn
 from coalign.moat import recipe as moat
 from coalign.moat.bench import run_bench
-from coalign.moat.cold_start import round_tasks
+from coalign.moat.data import round_tasks
 from coalign.moat.recipe import pair_stage, round_premise, run_moat, score_stage
 from coalign.moat.report import report_markdown
 from coalign.moat.scoring import ActionScore

@@ -5,7 +5,7 @@ import pytest
 from coalign.config import load_config
 from coalign.formats.lumos import parse_actions, parse_subgoals
 from coalign.formats.lumos_iterative import parse_planner_turn
-from coalign.moat.cold_start import round_tasks
+from coalign.moat.data import round_tasks
 from coalign.moat.output_room import gold_outputs, room
 from coalign.models.bases import base_path
 from coalign.models.load import load_tokenizer

@@ -64,8 +64,8 @@ def _instrument(root: Path, kill_at: list | None, trace: TextIO) -> None:
         point("step", stage[0])
         return real_step(self, *args, **kwargs)
 
-    def is_done(self, name: str, settings=None, inputs=None) -> bool:
-        done = real_is_done(self, name, settings, inputs)
+    def is_done(self, name: str, depends_on=None, inputs=None) -> bool:
+        done = real_is_done(self, name, depends_on, inputs)
         if not done:
             stage[0] = name
         return done

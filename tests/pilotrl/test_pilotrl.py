@@ -17,7 +17,8 @@ from coalign.core.jsonl import read_jsonl
 from coalign.models.load import load_model, load_tokenizer
 from coalign.models.turns import encode
 from coalign.pilotrl.expert import expert_conversation
-from coalign.pilotrl.recipe import run_pilotrl, summarise
+from coalign.pilotrl.metrics import summarise
+from coalign.pilotrl.recipe import run_pilotrl
 from coalign.training.sft import conversation_dataset
 
 TINY = {"vocab_size": 400, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 2,

@@ -11,16 +11,16 @@ from rich.console import Console
 from trl import GRPOTrainer
 
 from coalign import envs
-from coalign.config import STAGES, GRPOSettings, RunConfig, TinySpec, order_label
+from coalign.config import GRPOSettings, RunConfig, TinySpec
 from coalign.core.runs import read_json
 from coalign.formats.lumos import lumos_chat
 from coalign.models.load import load_model, load_tokenizer, make_tiny_model
-from coalign.pilotrl import stages as stages_module
+from coalign.pilotrl import curriculum
+from coalign.pilotrl.curriculum import STAGE_MODES, STAGES, grpo_stage, order_label
 from coalign.pilotrl.expert import expert_conversation
 from coalign.pilotrl.recipe import run_pilotrl
 from coalign.pilotrl.rewards import RewardFunctions
 from coalign.pilotrl.rollout import RolloutSpec, make_rollout_func, prompt_rows
-from coalign.pilotrl.stages import grpo_stage
 from coalign.training import grpo as grpo_module
 from coalign.training.grpo import EpochSampler, StageTrainer, grpo_config
 from tests.toy_env import killed_after
@@ -72,7 +72,7 @@ def test_the_trainers_loss_mask_is_the_rollouts_and_masked_tokens_get_no_gradien
     def varied(episode, **_):  # rewards that differ within a group, so every advantage is nonzero
         return [float(i % 2) for i in range(len(episode))]
 
-    trainer = GRPOTrainer(model=model, reward_funcs=[varied], args=grpo_config(settings, stage, tmp_path, 0, [1.0], 64),
+    trainer = GRPOTrainer(model=model, reward_funcs=[varied], args=grpo_config(settings, 1.0, tmp_path, 0, [1.0], 64),
                           train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                           rollout_func=recording)  # fmt: skip
     inputs = [rows[0], rows[0], rows[1], rows[1]]
@@ -128,7 +128,7 @@ def whole(init, tmp_path_factory):
     stage = STAGES["joint"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(envs.REGISTRY, "toy", "tests.toy_env:ToyEnv")
-        patch.setattr(stages_module, "reward_functions", _sampled_rewards)
+        patch.setattr(curriculum, "reward_functions", _sampled_rewards)
         out = tmp_path_factory.mktemp("whole") / "whole"
         return grpo_stage(init, out, prompt_rows(KILL_ROWS, "adaplan"), stage, GRPOSettings(**KILL_SETTINGS),
                           _spec(stage), seed=0)  # fmt: skip
@@ -137,8 +137,8 @@ def whole(init, tmp_path_factory):
 @pytest.mark.parametrize("kill_at", [1, 2, 3])  # mid first epoch, at the epoch boundary, mid second epoch
 def test_a_killed_stage_resumes_from_its_last_checkpoint(init, whole, tmp_path, monkeypatch, kill_at):
     """The resumed run is the uninterrupted one, byte for byte, wherever it was killed: TRL's sampler draws
-    each epoch's order from one generator run on, so resuming into a later epoch replayed the first epoch's
-    order; ours draws it from (seed, epoch)."""
+    each epoch's order from one generator run on, so resuming into a later epoch would replay the first
+    epoch's order; ours draws it from (seed, epoch)."""
     stage = STAGES["joint"]
     rows = prompt_rows(KILL_ROWS, "adaplan")
     settings = GRPOSettings(**KILL_SETTINGS)
@@ -148,7 +148,7 @@ def test_a_killed_stage_resumes_from_its_last_checkpoint(init, whole, tmp_path, 
     start = _weights(init)
     assert any(not torch.equal(start[k], w) for k, w in _weights(whole).items())  # the weights moved
 
-    monkeypatch.setattr(stages_module, "reward_functions", _sampled_rewards)
+    monkeypatch.setattr(curriculum, "reward_functions", _sampled_rewards)
     monkeypatch.setattr(grpo_module, "StageTrainer", killed_after(StageTrainer, kill_at))
     with pytest.raises(KeyboardInterrupt):
         grpo_stage(init, tmp_path / "resumed", rows, stage, settings, _spec(stage), seed=0)
@@ -176,8 +176,8 @@ def test_a_batch_of_one_accumulated_still_hands_the_rollout_whole_groups(init, t
 
         return wrapped
 
-    monkeypatch.setattr(stages_module, "make_rollout_func", recording)
-    monkeypatch.setattr(stages_module, "reward_functions", _sampled_rewards)
+    monkeypatch.setattr(curriculum, "make_rollout_func", recording)
+    monkeypatch.setattr(curriculum, "reward_functions", _sampled_rewards)
     stage = STAGES["joint"]
     settings = GRPOSettings(**{**RL, "batch_size": 1, "grad_accum": 4, "epochs": {"joint": 1}})
     out = grpo_stage(init, tmp_path / "one", prompt_rows(KILL_ROWS, "adaplan"), stage, settings, _spec(stage))
@@ -209,7 +209,7 @@ def _config(order, mode="adaplan"):
                 "sft": {"learning_rate": 3e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
                 "rl": {**RL, "order": order}}  # fmt: skip
     return RunConfig.model_validate({"name": "t", "recipe": "pilotrl", "threads": 1, "models": {"tiny": TINY},
-                                     "pilotrl": settings})  # fmt: skip
+                                     "pilotrl": settings}, context={"stages": STAGE_MODES})  # fmt: skip
 
 
 @pytest.mark.slow
@@ -237,6 +237,16 @@ def test_stage_orders_must_name_known_stages_and_match_the_format():
     with pytest.raises(ValueError, match="multiple of num_generations"):
         GRPOSettings(num_generations=3, batch_size=4)
     assert order_label(["executor", "planner", "joint"]) == "1->2->3"
+
+
+def test_the_registry_leaves_the_grpo_trainer_unimported():
+    """TRL's GRPO trainer imports vLLM, seconds that every process importing the registry (each rank of a
+    launched SFT, each Ray job) would pay; only a GRPO stage imports it."""
+    import subprocess
+    import sys
+
+    check = "import sys, coalign.registry; sys.exit('coalign.training.grpo' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], check=False).returncode == 0
 
 
 @pytest.mark.slow
@@ -321,11 +331,9 @@ def test_judge_options_are_checked_when_the_config_loads(judge, options, message
 def test_vllm_generation_is_configured_for_trl_and_refused_without_vllm(tmp_path, monkeypatch):
     import importlib.util
 
-    from coalign.config import STAGES, GRPOSettings
     from coalign.core.errors import RunError
 
-    stage = STAGES["executor"]
-    hf = grpo_config(GRPOSettings(batch_size=2, num_generations=2), stage, tmp_path, 0, [1.0], 48)
+    hf = grpo_config(GRPOSettings(batch_size=2, num_generations=2), 1.0, tmp_path, 0, [1.0], 48)
     assert not hf.use_vllm and hf.max_completion_length == 48
     server = GRPOSettings(
         batch_size=2, num_generations=2, generation="vllm_server", vllm_server_url="http://127.0.0.1:8000"
@@ -333,9 +341,9 @@ def test_vllm_generation_is_configured_for_trl_and_refused_without_vllm(tmp_path
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "vllm" else real_find_spec(name))
     with pytest.raises(RunError, match="needs vLLM"):
-        grpo_config(server, stage, tmp_path, 0, [1.0], 48)
+        grpo_config(server, 1.0, tmp_path, 0, [1.0], 48)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "vllm" else real_find_spec(name))
-    args = grpo_config(server, stage, tmp_path, 0, [1.0], 48)
+    args = grpo_config(server, 1.0, tmp_path, 0, [1.0], 48)
     assert args.use_vllm and args.vllm_mode == "server" and args.vllm_server_base_url == "http://127.0.0.1:8000"
     assert args.max_completion_length == 48  # vLLM's per-call budget: one turn
     assert not args.vllm_importance_sampling_correction  # the rollout returns no sampling log-probs to correct by

@@ -18,7 +18,6 @@ from trl.trainer import dpo_trainer
 
 from coalign import envs
 from coalign.config import (
-    STAGES,
     ConfigError,
     DPOSettings,
     GRPOSettings,
@@ -34,11 +33,11 @@ from coalign.formats.lumos import lumos_chat, lumos_generation_prompt, planner_p
 from coalign.moat.recipe import run_moat
 from coalign.models.agents import Agent, generate
 from coalign.models.load import adapter_base, is_adapter, load_model, make_tiny_model
-from coalign.pilotrl import stages as stages_module
+from coalign.pilotrl import curriculum
+from coalign.pilotrl.curriculum import STAGES, grpo_stage
 from coalign.pilotrl.expert import expert_conversation
 from coalign.pilotrl.recipe import run_pilotrl
 from coalign.pilotrl.rollout import prompt_rows
-from coalign.pilotrl.stages import grpo_stage
 from coalign.training import dpo as dpo_module
 from coalign.training import grpo as grpo_module
 from coalign.training.dpo import dpo
@@ -198,7 +197,7 @@ def test_a_lora_grpo_stage_trains_the_adapter_and_resumes_from_its_checkpoint(to
     only; killed after its first step, it resumes from the adapter checkpoint to the same adapter."""
     texts = [lumos_chat(expert_conversation("toy", s, "adaplan")) for s in range(6)]
     base = make_tiny_model(texts, tmp_path / "init", TinySpec(**TINY), seed=0)
-    monkeypatch.setattr(stages_module, "reward_functions", lambda *a, **k: ([_varied], [1.0]))
+    monkeypatch.setattr(curriculum, "reward_functions", lambda *a, **k: ([_varied], [1.0]))
     stage, rows = STAGES["joint"], prompt_rows([("toy", s) for s in range(4)], "adaplan")  # two steps an epoch
     settings, lora = GRPOSettings(**{**RL, "epochs": {"joint": 1}}), LoraSettings(r=4, merge=False)
     whole = grpo_stage(base, tmp_path / "whole", rows, stage, settings, _spec(stage), lora=lora)

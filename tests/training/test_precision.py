@@ -13,7 +13,6 @@ from rich.console import Console
 
 from coalign.config import (
     BUNDLED,
-    STAGES,
     TRAINING_STAGES,
     ConfigError,
     DPOSettings,
@@ -285,8 +284,7 @@ def test_trainer_configs_hold_the_stages_precision_whatever_the_launcher_says(cp
         configs = [
             trl_config(SFTConfig, **trainer_args(SFTSettings(bf16=bf16), tmp_path, 0)),
             trl_config(DPOConfig, **trainer_args(DPOSettings(bf16=bf16), tmp_path, 0)),
-            grpo_config(GRPOSettings(batch_size=2, num_generations=2, bf16=bf16), STAGES["executor"], tmp_path, 0,
-                        [1.0], 16),
+            grpo_config(GRPOSettings(batch_size=2, num_generations=2, bf16=bf16), 1.0, tmp_path, 0, [1.0], 16),
         ]  # fmt: skip
         assert [config.mixed_precision for config in configs] == [expected] * 3
         assert os.environ.get(LAUNCHER_PRECISION) == launched  # the launcher's variable is left as it was

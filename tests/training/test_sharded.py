@@ -27,7 +27,7 @@ from transformers.integrations.deepspeed import (
 )
 
 from coalign import envs
-from coalign.config import STAGES, DPOSettings, GRPOSettings, TinySpec
+from coalign.config import DPOSettings, GRPOSettings, TinySpec
 from coalign.models.load import load_model, make_tiny_model
 from coalign.pilotrl import rollout as rollout_module
 from coalign.pilotrl.rollout import RolloutSpec, make_rollout_func, prompt_rows
@@ -97,7 +97,7 @@ def test_a_stage_builds_its_trl_config_before_it_loads_its_model(stage, tiny, tm
         else:
             rows = [{"prompt": [{"role": "user", "content": "Add 3 and 4."}]}]
             settings = GRPOSettings(num_generations=2, batch_size=2, grad_accum=1)
-            grpo.train_grpo(tiny, tmp_path, rows, STAGES["joint"], settings, [], [], lambda p, t: {}, 16)
+            grpo.train_grpo(tiny, tmp_path, rows, settings, [], [], lambda p, t: {}, 16, name="joint", epochs=1.0)
     assert events == ["config", "model"]
 
 

@@ -1,0 +1,64 @@
+"""MOAT's rounds (Algorithm 1): candidate sampling, grounder scoring, preference pairs, the critic."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from coalign.config.base import Settings
+from coalign.core.endpoint_options import check_critic_options
+
+
+class MoatSettings(Settings):
+    """MOAT rounds (Algorithm 1). Defaults are the paper's; `tasks` subsamples the training set."""
+
+    rounds: int = Field(2, ge=1)
+    tasks: int | None = Field(None, ge=1, description="training tasks used per round (the first n); None = all")
+    k: int = Field(15, ge=1, description="subgoal candidates sampled per task")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_new_tokens_plan: int = Field(512, ge=1)
+    score_reduction: Literal["mean", "content", "sum"] = Field(
+        "mean", description="grounder NLL of gold actions: mean over all action tokens (paper), content tokens, or sum"
+    )
+    pair_threshold: float = Field(0.1, ge=0, description="drop a pair whose chosen/rejected gap is below this")
+    pair_gap_on: Literal["nll", "ppl"] = Field("nll", description="gap measured on mean NLL (release) or on PPL")
+    ground_temperature: float = Field(0.1, ge=0, description="stage-2 grounder sampling (release: 0.1)")
+    ground_top_p: float = Field(0.95, gt=0, le=1)
+    max_new_tokens_ground: int = Field(512, ge=1)
+    critic: Literal["execution", "llm", "none"] = "execution"
+    critic_options: dict = Field(
+        default_factory=dict, description="keyword options of the critic (llm: base_url, model, ...)"
+    )
+    use_corrected_subgoals: bool = Field(
+        False, description="train on the critic's corrected subgoals (Algorithm 1: no)"
+    )
+    mix_ratio: float = Field(1.0, ge=0, description="initial grounder examples per critic-built example (paper 1:1)")
+    stage1: bool = Field(True, description="planner DPO; false = the 'w/o stage 1' ablation")
+    stage2: bool = Field(True, description="grounder SFT on critic-judged data; false = 'w/o stage 2'")
+    batch_size: int = Field(64, ge=1)
+    share_prefix: bool = Field(
+        False, description="stage-1 scoring runs the prompt prefix a task's K candidates share once (same scores)"
+    )
+    web_turns_per_task: int | None = Field(
+        None,
+        ge=1,
+        description="planner turns sampled per web task each round (drawn once per seed and task); None = all",
+    )
+
+    @model_validator(mode="after")
+    def _runnable(self) -> "MoatSettings":
+        """Refuse what would fail hours into a run (K=1, critic options that do not fit) or leak a secret."""
+        if self.stage1 and self.k < 2:
+            raise ValueError(
+                "k must be >= 2 when stage1 is on: a preference pair needs two candidates "
+                "(set moat.k >= 2, or moat.stage1: false)"
+            )
+        if self.pair_gap_on == "ppl" and self.score_reduction == "sum":
+            raise ValueError(
+                "pair_gap_on 'ppl' needs a per-token score: exp of a summed NLL is no perplexity (and overflows "
+                "past 709 nats); set moat.score_reduction to 'mean' or 'content', or moat.pair_gap_on to 'nll'"
+            )
+        check_critic_options(self.critic, self.critic_options)
+        return self
