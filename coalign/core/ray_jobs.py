@@ -41,10 +41,17 @@ def executing(name: str) -> Iterator[None]:
         yield
 
 
+# Ray runs its tasks at nice 15 (its `worker_niceness`) so that they leave the CPU to its own processes. A job is
+# the work itself: on a machine shared with other work (a test suite, a second bench) nice 15 left it a few percent
+# of a core, and a bench of seconds took minutes. The instance started here runs them as the local executor does;
+# a cluster's setting is its operator's (RAY_worker_niceness=0 in the environment of `ray start`).
+AT_NORMAL_PRIORITY = {"worker_niceness": 0}
+
+
 def connect() -> ModuleType:
     """Ray, connected once a process: to the cluster at RAY_ADDRESS, else to a new instance on this machine with the
-    GPUs the local executor would use (`visible_gpus`). Ray's logging to the terminal is off: the jobs' output is in
-    their logs, and Ray's own would break up the live table."""
+    GPUs the local executor would use (`visible_gpus`), running its tasks at normal priority. Ray's logging to the
+    terminal is off: the jobs' output is in their logs, and Ray's own would break up the live table."""
     try:
         import ray
     except ImportError:
@@ -56,7 +63,7 @@ def connect() -> ModuleType:
             if address:
                 ray.init(address=address, **quiet)
             else:  # "local": not a cluster that `ray start` left on this machine, which ray.init() would join
-                ray.init(address="local", num_gpus=len(visible_gpus()), **quiet)
+                ray.init(address="local", num_gpus=len(visible_gpus()), _system_config=AT_NORMAL_PRIORITY, **quiet)
         except ConnectionError as err:
             raise RunError(f"cannot reach the Ray cluster at RAY_ADDRESS={address}: {err}") from None
     return ray

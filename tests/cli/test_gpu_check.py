@@ -104,7 +104,8 @@ def test_a_command_out_of_time_is_stopped_with_the_processes_it_started(tmp_path
         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
         "print(p.pid, flush=True)\ntime.sleep(120)"
     )
-    result = gpu_check.run_logged([sys.executable, "-c", sleeper], tmp_path / "out.log", timeout=3)
+    # 10 s: a machine under load (a test suite beside it) may take seconds to start both
+    result = gpu_check.run_logged([sys.executable, "-c", sleeper], tmp_path / "out.log", timeout=10)
     assert result["status"] is None and result["seconds"] < 60
     grandchild = Path(f"/proc/{int(result['tail'][-1])}/status")
     for _ in range(100):  # killed: gone, or a zombie its new parent has yet to reap

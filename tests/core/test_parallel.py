@@ -154,10 +154,13 @@ def test_a_bench_through_ray_writes_the_run_folders_the_local_executor_writes(tm
     args = ["bench", str(path), "--run-dir", str(on_ray), "--seeds", "0", "--variants", "lumos", "--workers", "2"]
     with ray_folder() as folder, open(tmp_path / "out.txt", "w") as out:
         env = {key: value for key, value in os.environ.items() if key not in LAUNCH_VARIABLES} | RAY_ENV
-        code = subprocess.run(
-            [sys.executable, "-m", "coalign.cli", *args, "--executor", "ray"],
-            env={**env, "RAY_TMPDIR": str(folder)}, stdout=out, stderr=out, timeout=300,
-        ).returncode  # fmt: skip
+        try:
+            code = subprocess.run(
+                [sys.executable, "-m", "coalign.cli", *args, "--executor", "ray"],
+                env={**env, "RAY_TMPDIR": str(folder)}, stdout=out, stderr=out, timeout=300,
+            ).returncode  # fmt: skip
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the bench ran past 5 minutes; what it printed:\n{(tmp_path / 'out.txt').read_text()}")
     output = (tmp_path / "out.txt").read_text()
     assert code == 0, output
     assert "cold start (Ray): seed 0 grounder SFT started" in output  # the jobs' board
