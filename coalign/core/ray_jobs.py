@@ -16,6 +16,7 @@ import contextlib
 import functools
 import logging
 import os
+import socket
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
@@ -46,6 +47,7 @@ def executing(name: str) -> Iterator[None]:
 # of a core, and a bench of seconds took minutes. The instance started here runs them as the local executor does;
 # a cluster's setting is its operator's (RAY_worker_niceness=0 in the environment of `ray start`).
 AT_NORMAL_PRIORITY = {"worker_niceness": 0}
+REACH_S = 10  # seconds a cluster's address has to accept a connection
 
 
 def connect() -> ModuleType:
@@ -61,12 +63,25 @@ def connect() -> ModuleType:
         quiet = {"log_to_driver": False, "include_dashboard": False, "logging_level": logging.ERROR}
         try:
             if address:
+                _check_reachable(address)
                 ray.init(address=address, **quiet)
             else:  # "local": not a cluster that `ray start` left on this machine, which ray.init() would join
                 ray.init(address="local", num_gpus=len(visible_gpus()), _system_config=AT_NORMAL_PRIORITY, **quiet)
         except ConnectionError as err:
             raise RunError(f"cannot reach the Ray cluster at RAY_ADDRESS={address}: {err}") from None
     return ray
+
+
+def _check_reachable(address: str) -> None:
+    """A RAY_ADDRESS of host:port must accept a connection: Ray itself retries one that does not for minutes,
+    printing warnings, before it gives up. ("auto", and ray:// clients, are left to Ray.)"""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_S).close()
+    except OSError as err:
+        raise RunError(f"cannot reach the Ray cluster at RAY_ADDRESS={address}: {err}") from None
 
 
 def cluster_workers(procs: int) -> int:

@@ -190,6 +190,20 @@ def test_the_instance_started_here_runs_jobs_at_the_priority_of_the_bench(tmp_pa
     assert done.stdout.splitlines()[-1] == f"niceness {os.nice(0)}"
 
 
+def test_a_cluster_address_nothing_listens_on_is_an_error_at_once(monkeypatch):
+    """Ray itself retries an unreachable RAY_ADDRESS for minutes; the bench says so before asking it."""
+    import ray
+
+    from coalign.core.ray_jobs import connect
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a new process, not this module's cluster's
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{_free_port()}")  # free: nothing listens there
+    start = time.monotonic()
+    with pytest.raises(RunError, match=r"cannot reach the Ray cluster at RAY_ADDRESS=127\.0\.0\.1:\d+: "):
+        connect()
+    assert time.monotonic() - start < 10
+
+
 def test_the_ray_executor_without_ray_says_how_to_install_it(monkeypatch):
     from coalign.core.ray_jobs import connect
 
