@@ -54,8 +54,9 @@ demo-smol: install
 demo-pilotrl: install
 	$(VENV)/bin/coalign demo pilotrl $(DEMO_ARGS)
 
+# the slowest tests are listed at the end: where the suite's 10 minutes go, on CI too
 test: install
-	$(PYTEST)
+	$(PYTEST) --durations=15
 
 # the loop while editing: every test but those marked slow (training, vLLM, launched processes)
 quick: install
