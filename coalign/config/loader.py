@@ -40,10 +40,9 @@ BUNDLED = Path(__file__).resolve().parent.parent / "configs"  # coalign/configs
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
     """A YAML path, or the name of a bundled config (`tiny`, `paper`)."""
-    path = Path(name_or_path)
-    if path.exists():
-        return path
-    bundled = BUNDLED / f"{name_or_path}.yaml"
+    path, bundled = Path(name_or_path), BUNDLED / f"{name_or_path}.yaml"
+    if path.is_file() or (path.exists() and not bundled.exists()):
+        return path  # a folder named as a bundled config (`--run-dir smol-suite`, say) does not hide it
     if bundled.exists():
         return bundled
     known = sorted(p.stem for p in BUNDLED.glob("*.yaml"))

@@ -76,6 +76,13 @@ def test_a_config_path_that_is_a_folder_is_a_config_error(tmp_path):
         load_config(tmp_path)
 
 
+def test_a_folder_named_as_a_bundled_config_does_not_hide_it(tmp_path, monkeypatch):
+    """`coalign bench smol-suite --run-dir smol-suite`, run again from the same folder: the name is the config."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    assert load_config("tiny").name == "tiny"
+
+
 @pytest.mark.parametrize("text", ["[]\n", "false\n", "0\n", "''\n"])
 def test_a_falsy_yaml_document_is_not_taken_for_an_empty_config(tmp_path, text):
     path = tmp_path / "bad.yaml"
