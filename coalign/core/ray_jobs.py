@@ -79,7 +79,7 @@ def _check_reachable(address: str) -> None:
     if not host or not port.isdigit() or "://" in address:
         return
     try:
-        socket.create_connection((host, int(port)), timeout=REACH_S).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_S).close()  # [::1]:6379 too
     except OSError as err:
         raise RunError(f"cannot reach the Ray cluster at RAY_ADDRESS={address}: {err}") from None
 
