@@ -49,6 +49,17 @@ class Stage:
     """A second model, from the cold start, trains beside the previous stage's, which stays fixed."""
 
 
+# 2: write the plans; among a task's rollouts the group-relative advantage prefers the plans that worked, while the
+# actions, learnt in stage 1, are context
+_PLANNER = Stage(
+    name="planner",
+    label="2",
+    mode="adaplan",
+    train="plan",
+    rewards=("format", "end_to_end", "plan_quality"),
+    epochs=2.0,
+)
+
 STAGES: dict[str, Stage] = {
     stage.name: stage
     for stage in (
@@ -62,16 +73,7 @@ STAGES: dict[str, Stage] = {
             rewards=("format", "adherence", "end_to_end"),
             epochs=1.0,
         ),
-        # 2: write the plans; among a task's rollouts the group-relative advantage prefers the plans that
-        # worked, while the actions, learnt in stage 1, are context
-        Stage(
-            name="planner",
-            label="2",
-            mode="adaplan",
-            train="plan",
-            rewards=("format", "end_to_end", "plan_quality"),
-            epochs=2.0,
-        ),
+        _PLANNER,  # 2: write the plans (above)
         # 3: plans and actions together
         Stage(name="joint", label="3", mode="adaplan", train="all", rewards=("format", "end_to_end"), epochs=1.0),
         # ablation: one stage, every reward
@@ -89,15 +91,7 @@ STAGES: dict[str, Stage] = {
         ),
         # the unified-vs-isolated comparison: after `executor`, a second model writes the plan blocks while
         # that executor, fixed, writes the rest of each turn
-        Stage(
-            name="planner_isolated",
-            label="2 (isolated)",
-            mode="adaplan",
-            train="plan",
-            rewards=("format", "end_to_end", "plan_quality"),
-            epochs=2.0,
-            separate=True,
-        ),
+        dataclasses.replace(_PLANNER, name="planner_isolated", label="2 (isolated)", separate=True),
     )
 }
 # What a `pilotrl.rl` block is checked against when its config loads: the config sits below the recipes and cannot
