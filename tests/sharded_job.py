@@ -73,6 +73,12 @@ def fsdp2(init: Path, out: Path) -> None:
 
 
 def zero3(init: Path, out: Path) -> None:
+    # DeepSpeed's CPU backend compiles its shared-memory all-reduce at its first start in each new environment
+    # (about 140 CPU-seconds of C++, the suite's largest cost on a fresh clone). Only its inference engine's tensor
+    # parallelism calls it; ZeRO-3 training never does. Marked unavailable, DeepSpeed leaves it to gloo
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     loads = []
     load_model = common.load_model
 
