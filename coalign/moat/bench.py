@@ -62,7 +62,7 @@ BENCHED = {
         moat_rounds, "moat", ("moat", "planner_dpo", "grounder_round_sft"), refuse_llm_critic_on_turns, weight=1.5
     ),
 }
-# bench recipe name -> (recipe, overrides of its section): the baseline, MOAT and the paper's ablations
+# bench variant -> (recipe, overrides of its section): the baseline, MOAT and the paper's ablations
 VARIANTS: dict[str, tuple[str, dict]] = {
     "lumos": ("lumos", {}),
     "moat": ("moat", {}),
@@ -75,17 +75,18 @@ ROUND_ONLY = frozenset(s for entry in BENCHED.values() for s in entry.round_sect
 
 
 def bench_variant(name: str) -> tuple[str, dict]:
-    """(recipe, overrides of its config section) that a bench recipe name stands for; ValueError if none."""
+    """(recipe, overrides of its config section) that a bench variant's name stands for; ValueError if none."""
     if name in VARIANTS:
         return VARIANTS[name]
     prefix, recipe_name, key = SWEEP
     if name.startswith(prefix) and name[len(prefix) :].isdigit():
         return recipe_name, {key: int(name[len(prefix) :])}
-    raise ValueError(f"unknown recipe {name!r}; known: {', '.join([*VARIANTS, f'{prefix}<{key.upper()}>'])}")
+    known = ", ".join([*VARIANTS, f"{prefix}<{key.upper()}>"])
+    raise ValueError(f"unknown moat bench variant {name!r}; known: {known}")
 
 
 def recipe_config(config: RunConfig, name: str, seed: int) -> RunConfig:
-    """The config one (bench recipe, seed) runs with: the base config, its seed, and the variant's settings
+    """The config one (bench variant, seed) runs with: the base config, its seed, and the variant's settings
     (`bench_variant`: `moat_no_stage1` is recipe moat with moat.stage1 false)."""
     recipe_name, overrides = bench_variant(name)
     data = config.model_dump()
@@ -140,7 +141,7 @@ def run_bench(
     (prefixed `name-` when given, so several benches can share one folder and its cold starts).
     Every run folder's config is checked before any work starts; `force` resumes those that differ."""
     root, started = Path(root), time.time()
-    configs = {(s, r): recipe_config(config, r, s) for s in seeds for r in recipes}  # unknown recipes fail here
+    configs = {(s, r): recipe_config(config, r, s) for s in seeds for r in recipes}  # unknown variants fail here
     cold = {s: root / f"seed{s}" / "cold_start" for s in seeds}
     cold_configs = {s: _cold_config(config, s) for s in seeds}
     recipe_dirs = {(s, r): root / f"seed{s}" / r for s, r in configs}

@@ -197,7 +197,7 @@ def test_bench_takes_variants_and_recipes_as_a_hidden_alias(tmp_path):
     assert "--variants" in help_text and "--recipes" not in help_text
     for option in ("--variants", "--recipes"):
         result = runner.invoke(app, ["bench", "tiny", "--run-dir", str(tmp_path / "b"), option, "nope", "--seeds", "0"])
-        assert result.exit_code == 2 and "unknown recipe 'nope'" in result.output
+        assert result.exit_code == 2 and "unknown moat bench variant 'nope'" in result.output
     assert not (tmp_path / "b").exists()
 
 

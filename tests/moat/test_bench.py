@@ -193,7 +193,7 @@ def test_recipe_configs():
     assert recipe_config(base, "moat_k7", 3).moat.k == 7
     lumos = recipe_config(base, "lumos", 3)
     assert (lumos.recipe, lumos.seed, lumos.moat.k) == ("lumos", 3, base.moat.k)
-    with pytest.raises(ValueError, match="unknown recipe 'moat_fast'"):
+    with pytest.raises(ValueError, match="unknown moat bench variant 'moat_fast'"):
         recipe_config(base, "moat_fast", 0)
 
 
