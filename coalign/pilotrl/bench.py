@@ -18,7 +18,7 @@ from coalign.config import GRPOSettings, PilotRLSettings, RunConfig
 from coalign.core.parallel import Job, run_jobs
 from coalign.core.runs import write_json
 from coalign.pilotrl.curriculum import STAGE_MODES, stage_epochs
-from coalign.pilotrl.curves import bench_curves, plot_curves
+from coalign.pilotrl.curves import bench_curves, plot_curves, stage_curves, stage_summaries
 from coalign.pilotrl.recipe import run_pilotrl
 from coalign.pilotrl.report import write_report
 from coalign.training.setup import job_memory
@@ -105,6 +105,8 @@ def run_pilotrl_bench(
             memory = job_memory(args[0])
             jobs.append(Job(f"{variant} seed {seed}", _run, args, run_dir / "log.txt", variant_weight(variant), memory))
         for (variant, seed), metrics in zip(pairs, run_jobs(jobs, workers, desc), strict=True):
+            if cold_start_variant(variant):  # its GRPO stages' rewards, kept with its evaluation in results.json
+                metrics = {**metrics, "grpo": stage_summaries(stage_curves(root / f"seed{seed}" / variant))}
             runs.setdefault(variant, {})[str(seed)] = metrics
     results = {
         "seeds": seeds,

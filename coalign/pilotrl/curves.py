@@ -17,6 +17,8 @@ from coalign.core.runs import temp_sibling
 from coalign.pilotrl.curriculum import STAGES
 
 COMPONENTS = ("format", "adherence", "end_to_end", "plan_quality")  # `rewards.reward_functions`' names
+# TRL's share of a step's groups whose rollouts all scored alike: such a group has no advantage, so no gradient
+ZERO_STD = "frac_reward_zero_std"
 PANELS = (
     ("adherence", "executor: adherence reward"),
     ("plan_quality", "planner: plan-quality reward"),
@@ -66,7 +68,8 @@ def _stage_logs(run_dir: Path) -> list[tuple[str, Path]]:
 def stage_curves(run_dir: str | Path) -> list[dict]:
     """Per GRPO stage of a run folder, in order: its name and paper label, its span [start, end) on the
     global step axis, and per logged row the global step, the reward and each component the stage used
-    ("format", "adherence", "end_to_end", "plan_quality"). No stages (or no folder): an empty list."""
+    ("format", "adherence", "end_to_end", "plan_quality"), and TRL's `frac_reward_zero_std` where every row has
+    it. No stages (or no folder): an empty list."""
     curves, offset = [], 0
     for name, path in _stage_logs(Path(run_dir)):
         steps, rows = read_stage_log(path)
@@ -83,9 +86,25 @@ def stage_curves(run_dir: str | Path) -> list[dict]:
             key = f"rewards/reward_{component}/mean"
             if rows and all(key in row for row in rows):
                 curve[component] = [_number(row[key], path, f"history[{i}].{key}") for i, row in enumerate(rows)]
+        if rows and all(ZERO_STD in row for row in rows):
+            curve[ZERO_STD] = [_number(row[ZERO_STD], path, f"history[{i}].{ZERO_STD}") for i, row in enumerate(rows)]
         curves.append(curve)
         offset += steps
     return curves
+
+
+def stage_summaries(curves: list[dict]) -> list[dict]:
+    """Per stage of one run's `stage_curves`: its name, label, steps trained, its mean reward over the logged
+    rows and the mean share of groups without reward variance (when logged), the bench's record of a run's
+    GRPO: whether its groups gave a gradient at all."""
+    out = []
+    for curve in curves:
+        summary = {"stage": curve["stage"], "label": curve["label"], "steps": curve["end"] - curve["start"]}
+        for key in ("reward", ZERO_STD):
+            if curve.get(key):
+                summary[key] = mean(curve[key])
+        out.append(summary)
+    return out
 
 
 def mean_curves(runs: list[list[dict]], what: str) -> list[dict]:

@@ -2,7 +2,8 @@
 paired differences, tokens and steps per task (the paper's Table 9), plan-update frequency (Table 10).
 
 `results` = {"seeds": [...], "heldin": [...], "heldout": [...], "runs": {variant: {seed: metrics}}}, where
-a run's metrics hold one block per plan-update interval ("k1", "k2", ...) as `pilotrl.recipe` writes them.
+a run's metrics hold one block per plan-update interval ("k1", "k2", ...) as `pilotrl.recipe` writes them, and
+a GRPO run's its stages' summaries ("grpo", `curves.stage_summaries`).
 """
 
 from __future__ import annotations
@@ -119,6 +120,22 @@ def update_table(results: dict, variant: str = "adaplan") -> str:
     return "\n\n".join(tables)
 
 
+def grpo_table(results: dict) -> str:
+    """Per GRPO variant and stage, mean ± std over seeds: steps trained, mean reward, and the share of groups
+    whose rollouts all scored alike (%, TRL's `frac_reward_zero_std`: such a group gives no gradient); "" when
+    no run records its stages."""
+    rows = []
+    for variant, by_seed in results["runs"].items():
+        runs = [by_seed[s]["grpo"] for s in seeds_of(results) if s in by_seed and "grpo" in by_seed[s]]
+        for i in range(max(map(len, runs), default=0)):
+            stages = [run[i] for run in runs if i < len(run)]
+            name = f"{NAMES.get(variant, variant)}: {stages[0]['label']} ({stages[0]['stage']})"
+            steps, reward = [st["steps"] for st in stages], [st["reward"] for st in stages if "reward" in st]
+            zero = [100 * st["frac_reward_zero_std"] for st in stages if "frac_reward_zero_std" in st]
+            rows.append([name, _fmt(steps, 0), _fmt(reward, 2), _fmt(zero)])
+    return pipe_table(["GRPO stage", "steps", "reward", "no variance (%)"], rows) if rows else ""
+
+
 def _run_name(block: dict) -> str:
     order, name = block.get("rl_order"), NAMES.get(block["mode"], block["mode"])
     return f"{name} + GRPO {order_label(order)}" if order else name
@@ -165,6 +182,9 @@ def report_markdown(results: dict, curves: str = "") -> str:
                   for split in ("heldin", "heldout")]  # fmt: skip
         parts += [bars] if (bars := t_bars(counts)) else []
     parts += ["Generated tokens and steps per task (Table 9):", cost_table(results)]
+    if table := grpo_table(results):
+        parts += ["GRPO stages: steps, mean reward, and the groups whose rollouts all scored alike (no gradient):",
+                  table]  # fmt: skip
     if curves:
         parts += ["GRPO reward curves per stage (executor adherence, planner plan quality, end-to-end; Figure 3): "
                   f"`{curves}` beside this report."]  # fmt: skip

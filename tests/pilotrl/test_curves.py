@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coalign.core.errors import DataError
-from coalign.pilotrl.curves import bench_curves, plot_curves, stage_curves
+from coalign.pilotrl.curves import bench_curves, plot_curves, stage_curves, stage_summaries
 
 KEYS = {c: f"rewards/reward_{c}/mean" for c in ("format", "adherence", "end_to_end", "plan_quality")}
 USED = {"executor": ("format", "adherence", "end_to_end"), "planner": ("format", "end_to_end", "plan_quality"),
@@ -57,6 +57,22 @@ def test_only_the_components_a_stage_used(tmp_path: Path) -> None:
     assert components == [sorted(USED[s]) for s in ("executor", "planner", "joint")]
     assert curves[0]["adherence"] == pytest.approx([1.2, 2.2, 3.2])
     assert curves[1]["plan_quality"] == pytest.approx([1.3, 2.3, 3.3, 4.3])
+
+
+def test_summaries_give_each_stage_its_mean_reward_and_groups_without_variance(tmp_path: Path) -> None:
+    """TRL's `frac_reward_zero_std` (groups whose rollouts all scored alike) is kept where every row logs it."""
+    three_stage_run(tmp_path)
+    log = tmp_path / "checkpoints" / "grpo2-planner" / "train_log.json"
+    record = json.loads(log.read_text())
+    for row, share in zip(record["history"], (1.0, 0.5, 0.5, 0.0)):
+        row["frac_reward_zero_std"] = share
+    log.write_text(json.dumps(record))
+    curves = stage_curves(tmp_path)
+    assert "frac_reward_zero_std" not in curves[0] and curves[1]["frac_reward_zero_std"] == [1.0, 0.5, 0.5, 0.0]
+    summaries = stage_summaries(curves)
+    assert summaries[0] == {"stage": "executor", "label": "1", "steps": 3, "reward": 2.0}
+    assert summaries[1] == {"stage": "planner", "label": "2", "steps": 4, "reward": 2.5, "frac_reward_zero_std": 0.5}
+    assert stage_summaries(stage_curves(tmp_path / "none")) == []
 
 
 def test_no_stages_no_curves(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 from coalign.envs import HELDIN, HELDOUT
 from coalign.formats.adaplan import parse_turn
 from coalign.pilotrl.expert import expert_conversation
-from coalign.pilotrl.report import paired_table, report_markdown, success_table, update_table
+from coalign.pilotrl.report import grpo_table, paired_table, report_markdown, success_table, update_table
 
 
 def block(success: float, k: str = "k1") -> dict:
@@ -45,6 +45,23 @@ def test_paired_differences_and_t():
 def test_update_table_lists_every_interval():
     table = update_table(RESULTS)
     assert "every 1 step(s)" in table and "every 2 step(s)" in table and "25.0 ± 7.1 / 5.0 ± 0.0" in table
+
+
+def test_grpo_stages_are_tabled_over_the_seeds_that_ran_them():
+    """A stage's steps, reward and groups without reward variance (%), mean ± std over seeds; a stage a seed has
+    not reached counts the others; a run that logged no variance shows "-"."""
+    stage = {"stage": "executor", "label": "1", "steps": 2}
+    runs = {
+        "0": {**block(10.0), "grpo": [{**stage, "reward": 0.2, "frac_reward_zero_std": 1.0},
+                                     {"stage": "planner", "label": "2", "steps": 1, "reward": 0.5}]},
+        "1": {**block(20.0), "grpo": [{**stage, "reward": 0.4, "frac_reward_zero_std": 0.5}]},
+    }  # fmt: skip
+    results = {**RESULTS, "runs": {**RESULTS["runs"], "pilotrl": runs}}
+    table = grpo_table(results)
+    assert "| PilotRL 1->2->3: 1 (executor) | 2 ± 0 | 0.30 ± 0.14 | 75.0 ± 35.4 |" in table
+    assert "| PilotRL 1->2->3: 2 (planner) | 1 | 0.50 | - |" in table
+    assert "no gradient" in report_markdown(results) and grpo_table(RESULTS) == ""
+    assert "no gradient" not in report_markdown(RESULTS)
 
 
 def test_report_holds_all_tables():

@@ -264,8 +264,11 @@ def test_the_bench_runs_grpo_variants_from_their_seeds_sft_run(tmp_path):
         "planner",
         "joint",
     ]
+    grpo = results["runs"]["pilotrl"]["0"]["grpo"]  # each stage's record, from its TRL log, in results.json
+    assert [(st["stage"], st["steps"]) for st in grpo] == [("executor", 1), ("planner", 1), ("joint", 1)]
+    assert all(0 <= st["frac_reward_zero_std"] <= 1 for st in grpo) and "grpo" not in results["runs"]["adaplan"]["0"]
     report = (tmp_path / "report.md").read_text()
-    assert "PilotRL 1->2->3 − SFT (AdaPlan)" in report
+    assert "PilotRL 1->2->3 − SFT (AdaPlan)" in report and "| PilotRL 1->2->3: 1 (executor) | 1 |" in report
     assert "`curves.png` beside this report" in report and (tmp_path / "curves.png").stat().st_size > 0
 
 
