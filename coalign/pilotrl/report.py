@@ -2,8 +2,8 @@
 paired differences, tokens and steps per task (the paper's Table 9), plan-update frequency (Table 10).
 
 `results` = {"seeds": [...], "heldin": [...], "heldout": [...], "runs": {variant: {seed: metrics}}}, where
-a run's metrics hold one block per plan-update interval ("k1", "k2", ...) as `pilotrl.recipe` writes them, and
-a GRPO run's its stages' summaries ("grpo", `curves.stage_summaries`).
+a run's metrics hold one block per plan-update interval ("k1", "k2", ...) as `pilotrl.recipe` writes them; a
+GRPO run's also hold its stages' summaries ("grpo", `curves.stage_summaries`).
 """
 
 from __future__ import annotations
