@@ -303,18 +303,22 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
     `executed_by(executor)`, `executor` runs them (`ray_jobs.run_on_ray`: Ray tasks, `workers` splitting the
     cluster's cores).
 
-    A failing job raises in the parent with its log's path in the message.
+    A failing job raises in the parent with its log's path in the message. Only `workers` = 1 runs jobs in this
+    process: with more, even a lone job (a bench's one cold-start evaluation) runs in a process of its own, so
+    the memory it held (models, a vLLM engine, what the allocator keeps) goes back when it ends, rather than
+    staying in the parent beside the next phase's jobs.
     """
     if not jobs:
         return []
+    alone = workers <= 1
     workers, procs = max(1, min(workers, len(jobs))), _procs_per_job
     if _executor is not None:
         return _executor(jobs, workers, procs, desc, console or make_console())
     threads = max(1, (os.cpu_count() or 1) // workers)
-    if workers == 1 and procs == 1:  # in this process, its own progress bars on the terminal
+    if alone and procs == 1:  # in this process, its own progress bars on the terminal
         return [job.fn(*job.args) for job in jobs]
     slots = gpu_slots(workers, procs)  # a job needing more GPUs than there are stops before any starts
-    if workers == 1:  # launched one after another, printing to this terminal
+    if alone:  # launched one after another, printing to this terminal
         return [_launch(job, procs, threads) for job in jobs]
     results: list[Any] = [None] * len(jobs)
     waiting, running = sorted(range(len(jobs)), key=lambda i: -jobs[i].weight), {}  # stable: ties in order

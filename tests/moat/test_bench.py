@@ -339,6 +339,11 @@ def test_the_live_table_shows_a_log_s_latest_progress_line(tmp_path):
 def test_parallel_jobs_use_separate_processes(tmp_path: Path):
     pids = run_jobs([Job(f"p{i}", os.getpid, (), None) for i in range(2)], workers=2, desc="pids")
     assert os.getpid() not in pids
+    # a lone job of a side-by-side run too (a bench's one cold-start evaluation): what it held goes when it ends,
+    # instead of staying in this process beside the next jobs; only workers=1 runs jobs here
+    (pid,) = run_jobs([Job("lone", os.getpid, (), tmp_path / "lone.log")], workers=2, desc="pids")
+    assert pid != os.getpid() and (tmp_path / "lone.log").exists()
+    assert run_jobs([Job("here", os.getpid, (), None)], workers=1, desc="pids") == [os.getpid()]
 
 
 def _running(pid: int) -> bool:
