@@ -24,6 +24,7 @@ from pathlib import Path
 
 from coalign.core import ranks
 from coalign.core.errors import RunError
+from coalign.core.memory import release_memory
 
 log = logging.getLogger(__name__)
 
@@ -306,6 +307,7 @@ class Run:
             return
         started = time.time()
         info = work()
+        release_memory()  # what the work freed, for the next stage and the jobs beside this one
         if ranks.is_main():
             self.mark_done(name, artifacts, info, started, inputs=inputs, depends_on=depends_on)
         ranks.barrier()
