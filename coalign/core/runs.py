@@ -315,6 +315,20 @@ class Run:
     def stage_info(self, stage: str) -> dict:
         return read_json(self._marker(stage))
 
+    def stage_seconds(self) -> dict[str, float]:
+        """What each finished stage took (seconds, from its record), in the order the stages finished: what the
+        run cost. A stage resumed in a later invocation counts the invocation that finished it."""
+        timed = []
+        for marker in self.path("stages").glob("*.json"):
+            try:
+                record = read_json(marker)
+            except (OSError, ValueError):
+                continue  # `is_done` reports and redoes such a stage; it has no time to give
+            seconds = record.get("seconds") if isinstance(record, dict) else None
+            if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+                timed.append((str(record.get("finished_at", "")), marker.stem, float(seconds)))
+        return {stage: seconds for _, stage, seconds in sorted(timed)}
+
     def check_shared(self) -> None:
         """Every rank sees this folder as the main rank does, or every rank stops with the same RunError.
 

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from coalign.config import GRPOSettings, PilotRLSettings, RunConfig
 from coalign.core.parallel import Job, run_jobs
-from coalign.core.runs import write_json
+from coalign.core.runs import Run, write_json
 from coalign.pilotrl.curriculum import STAGE_MODES, stage_epochs
 from coalign.pilotrl.curves import bench_curves, plot_curves, stage_curves, stage_summaries
 from coalign.pilotrl.recipe import run_pilotrl
@@ -105,9 +105,10 @@ def run_pilotrl_bench(
             memory = job_memory(args[0])
             jobs.append(Job(f"{variant} seed {seed}", _run, args, run_dir / "log.txt", variant_weight(variant), memory))
         for (variant, seed), metrics in zip(pairs, run_jobs(jobs, workers, desc), strict=True):
+            run_dir = root / f"seed{seed}" / variant
             if cold_start_variant(variant):  # its GRPO stages' rewards, kept with its evaluation in results.json
-                metrics = {**metrics, "grpo": stage_summaries(stage_curves(root / f"seed{seed}" / variant))}
-            runs.setdefault(variant, {})[str(seed)] = metrics
+                metrics = {**metrics, "grpo": stage_summaries(stage_curves(run_dir))}
+            runs.setdefault(variant, {})[str(seed)] = {**metrics, "seconds": Run(run_dir).stage_seconds()}
     results = {
         "seeds": seeds,
         "heldin": list(config.pilotrl.heldin),

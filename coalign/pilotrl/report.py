@@ -3,7 +3,8 @@ paired differences, tokens and steps per task (the paper's Table 9), plan-update
 
 `results` = {"seeds": [...], "heldin": [...], "heldout": [...], "runs": {variant: {seed: metrics}}}, where
 a run's metrics hold one block per plan-update interval ("k1", "k2", ...) as `pilotrl.recipe` writes them; a
-GRPO run's also hold its stages' summaries ("grpo", `curves.stage_summaries`).
+GRPO run's also hold its stages' summaries ("grpo", `curves.stage_summaries`); a bench's, each stage's seconds
+("seconds", `Run.stage_seconds`).
 """
 
 from __future__ import annotations
@@ -136,6 +137,27 @@ def grpo_table(results: dict) -> str:
     return pipe_table(["GRPO stage", "steps", "reward", "no variance (%)"], rows) if rows else ""
 
 
+def _is_evaluation(stage: str) -> bool:
+    """An evaluation stage of `pilotrl.recipe.evaluate` (`eval_k1`, `expert_k2`); the rest train."""
+    head, _, k = stage.partition("_k")
+    return head in ("eval", "expert") and k.isdigit()
+
+
+def time_table(results: dict) -> str:
+    """Per variant, mean ± std over seeds: minutes its run's stages took, training and evaluation (a GRPO run's
+    SFT is its SFT run's, counted there); "" when no run records them."""
+    rows = []
+    for variant, by_seed in results["runs"].items():
+        timed = [by_seed[s]["seconds"] for s in seeds_of(results) if s in by_seed and "seconds" in by_seed[s]]
+        if not timed:
+            continue
+        evals = [sum(v for stage, v in run.items() if _is_evaluation(stage)) / 60 for run in timed]
+        total = [sum(run.values()) / 60 for run in timed]
+        rows.append([NAMES.get(variant, variant), _fmt([t - e for t, e in zip(total, evals)], 0), _fmt(evals, 0),
+                     _fmt(total, 0)])  # fmt: skip
+    return pipe_table(["minutes", "training", "evaluation", "in all"], rows) if rows else ""
+
+
 def _run_name(block: dict) -> str:
     order, name = block.get("rl_order"), NAMES.get(block["mode"], block["mode"])
     return f"{name} + GRPO {order_label(order)}" if order else name
@@ -185,6 +207,9 @@ def report_markdown(results: dict, curves: str = "") -> str:
     if table := grpo_table(results):
         parts += ["GRPO stages: steps, mean reward, and the groups whose rollouts all scored alike (no gradient):",
                   table]  # fmt: skip
+    if table := time_table(results):
+        parts += ["What each run cost: minutes its stages took, mean ± std over seeds (a GRPO run starts from its"
+                  " seed's SFT run, whose time is that run's):", table]  # fmt: skip
     if curves:
         parts += ["GRPO reward curves per stage (executor adherence, planner plan quality, end-to-end; Figure 3): "
                   f"`{curves}` beside this report."]  # fmt: skip

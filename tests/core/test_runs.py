@@ -198,3 +198,15 @@ def test_a_stage_asked_to_read_other_inputs_is_redone(tmp_path, caplog):
     run.path("stages", "sft.json").write_text(json.dumps(record))
     assert run.is_done("sft", inputs=[tmp_path / "base-a"])
     assert not run.is_done("sft", inputs=[tmp_path / "base-b"])
+
+
+def test_stage_seconds_lists_each_timed_stage_in_the_order_it_finished(tmp_path):
+    """A record without a time (older runs, `mark_done` without `started`) or unreadable is left out."""
+    run = Run(tmp_path / "run")
+    run.mark_done("sft", [], started=0.0)
+    run.mark_done("untimed", [])
+    run.path("stages", "broken.json").write_text("{")
+    for name, at in (("sft", "2026-12-07T10:00:00"), ("eval_k1", "2026-12-07T09:00:00")):
+        record = json.loads(run.path("stages", f"{name}.json").read_text()) if name == "sft" else {}
+        run.path("stages", f"{name}.json").write_text(json.dumps({**record, "finished_at": at, "seconds": 12.5}))
+    assert list(run.stage_seconds().items()) == [("eval_k1", 12.5), ("sft", 12.5)]

@@ -8,7 +8,14 @@ import pytest
 from coalign.envs import HELDIN, HELDOUT
 from coalign.formats.adaplan import parse_turn
 from coalign.pilotrl.expert import expert_conversation
-from coalign.pilotrl.report import grpo_table, paired_table, report_markdown, success_table, update_table
+from coalign.pilotrl.report import (
+    grpo_table,
+    paired_table,
+    report_markdown,
+    success_table,
+    time_table,
+    update_table,
+)
 
 
 def block(success: float, k: str = "k1") -> dict:
@@ -62,6 +69,19 @@ def test_grpo_stages_are_tabled_over_the_seeds_that_ran_them():
     assert "| PilotRL 1->2->3: 2 (planner) | 1 | 0.50 | - |" in table
     assert "no gradient" in report_markdown(results) and grpo_table(RESULTS) == ""
     assert "no gradient" not in report_markdown(RESULTS)
+
+
+def test_time_table_splits_each_runs_minutes_into_training_and_evaluation():
+    """Evaluation stages (`eval_k*`, `expert_k*`) apart from the rest (`expert_episodes` trains); mean ± std over
+    the seeds that recorded times; a variant without any is left out, and without any run there is no table."""
+    first = {"expert_episodes": 60.0, "sft": 540.0, "eval_k1": 300.0, "expert_k1": 180.0}
+    second = {"expert_episodes": 60.0, "sft": 660.0, "eval_k1": 420.0, "expert_k1": 180.0}
+    timed = {"0": {**block(1.0), "seconds": first}, "1": {**block(1.0), "seconds": second}}
+    runs = {**RESULTS["runs"], "adaplan": timed}
+    table = time_table({**RESULTS, "runs": runs})
+    assert table.splitlines()[0] == "| minutes | training | evaluation | in all |"
+    assert "| SFT (AdaPlan) | 11 ± 1 | 9 ± 1 | 20 ± 3 |" in table and "ReAct" not in table
+    assert time_table(RESULTS) == "" and "What each run cost" in report_markdown({**RESULTS, "runs": runs})
 
 
 def test_report_holds_all_tables():

@@ -267,9 +267,17 @@ def test_the_bench_runs_grpo_variants_from_their_seeds_sft_run(tmp_path):
     grpo = results["runs"]["pilotrl"]["0"]["grpo"]  # each stage's record, from its TRL log, in results.json
     assert [(st["stage"], st["steps"]) for st in grpo] == [("executor", 1), ("planner", 1), ("joint", 1)]
     assert all(0 <= st["frac_reward_zero_std"] <= 1 for st in grpo) and "grpo" not in results["runs"]["adaplan"]["0"]
+    # what each run cost: its own stages, the GRPO run's without its seed's SFT
+    assert {"expert_episodes", "sft", "eval_k1"} <= set(results["runs"]["adaplan"]["0"]["seconds"])
+    assert [s for s in results["runs"]["pilotrl"]["0"]["seconds"] if s != "eval_k1"] == [
+        "grpo1_executor",
+        "grpo2_planner",
+        "grpo3_joint",
+    ]
     report = (tmp_path / "report.md").read_text()
     assert "PilotRL 1->2->3 − SFT (AdaPlan)" in report and "| PilotRL 1->2->3: 1 (executor) | 1 |" in report
     assert "`curves.png` beside this report" in report and (tmp_path / "curves.png").stat().st_size > 0
+    assert "| minutes | training | evaluation | in all |" in report
 
 
 @pytest.mark.slow
