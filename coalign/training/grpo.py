@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -43,6 +45,8 @@ class StageTrainer(GRPOTrainer):
     (`colocated_on_cpu`)."""
 
     def __init__(self, *args, **kwargs) -> None:
+        if kwargs["args"].use_vllm and kwargs["args"].vllm_mode == "colocate":
+            own_rendezvous_port()
         with colocated_on_cpu(kwargs["args"]):
             super().__init__(*args, **kwargs)
         if self.use_vllm and self.args.vllm_mode == "colocate" and on_cpu():
@@ -59,6 +63,20 @@ class StageTrainer(GRPOTrainer):
             )
         sampler.__class__ = EpochSampler  # TRL's arguments, our epochs
         return sampler
+
+
+def own_rendezvous_port() -> None:
+    """Give a one-process run's colocated vLLM engine a port of its own to rendezvous on (`MASTER_PORT`).
+
+    Unset, TRL takes the first of 29500, 23456, ... that it can bind at that moment, then lets it go; two runs
+    that start their engines together on one machine (a bench's jobs side by side) both take 29500, and the
+    second fails to listen on it (EADDRINUSE). The system's pick of a free ephemeral port differs between them.
+    A launched run's port is the launcher's, left as it is."""
+    if os.environ.get("MASTER_PORT") or os.environ.get("WORLD_SIZE", "1") != "1":
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        os.environ["MASTER_PORT"] = str(probe.getsockname()[1])
 
 
 @contextlib.contextmanager

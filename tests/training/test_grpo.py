@@ -4,6 +4,8 @@ and the recipe runs its stages in order and resumes between them."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from datasets import Dataset
@@ -22,7 +24,7 @@ from coalign.pilotrl.recipe import run_pilotrl
 from coalign.pilotrl.rewards import RewardFunctions
 from coalign.pilotrl.rollout import RolloutSpec, make_rollout_func, prompt_rows
 from coalign.training import grpo as grpo_module
-from coalign.training.grpo import EpochSampler, StageTrainer, grpo_config
+from coalign.training.grpo import EpochSampler, StageTrainer, grpo_config, own_rendezvous_port
 from tests.toy_env import killed_after
 
 TINY = {"vocab_size": 300, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2,
@@ -386,3 +388,28 @@ def test_a_vllm_engine_is_sized_to_the_episodes_context_budget(init, tmp_path, m
     assert [(c.vllm_mode, c.vllm_max_model_length, c.max_completion_length) for c in made] == [
         ("colocate", 400, 12), ("server", 400, 12)
     ]  # fmt: skip
+
+
+def test_a_colocated_engine_rendezvouses_on_a_port_of_its_own(monkeypatch):
+    """TRL alone hands two runs started together the same port (the first of its candidates free at the time:
+    a bench's second GRPO job failed to listen on 29500); each run here gets the system's pick of a free port,
+    which TRL then keeps. A launched run's port (set, or several processes) is the launcher's."""
+    from trl.trainer.utils import ensure_master_addr_port
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    trl_ports, own_ports = [], []
+    for _ in range(2):
+        monkeypatch.delenv("MASTER_PORT", raising=False)
+        ensure_master_addr_port()
+        trl_ports.append(os.environ.pop("MASTER_PORT"))
+        own_rendezvous_port()
+        ensure_master_addr_port()
+        own_ports.append(os.environ["MASTER_PORT"])
+    assert trl_ports[0] == trl_ports[1] and own_ports[0] != own_ports[1]
+    monkeypatch.setenv("MASTER_PORT", "29501")
+    own_rendezvous_port()
+    assert os.environ["MASTER_PORT"] == "29501"
+    monkeypatch.delenv("MASTER_PORT")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    own_rendezvous_port()
+    assert "MASTER_PORT" not in os.environ
