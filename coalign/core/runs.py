@@ -32,6 +32,9 @@ WHOLE_HASH_LIMIT = 64 * 2**20
 SAMPLE_BLOCK = 2**20
 SAMPLE_BLOCKS = 16
 DATA_SUFFIXES = (".json", ".jsonl")
+# a stage shorter than this loaded no model worth handing back, and a full collection costs 0.1-0.2 s in a
+# process that has imported torch and transformers (`core.memory`)
+RELEASE_AFTER_S = 5.0
 SHARED_WAIT_S = 10.0  # a filesystem that caches lookups may show another node a new file a moment late
 
 
@@ -307,7 +310,8 @@ class Run:
             return
         started = time.time()
         info = work()
-        release_memory()  # what the work freed, for the next stage and the jobs beside this one
+        if time.time() - started >= RELEASE_AFTER_S:
+            release_memory()  # what the work freed, for the next stage and the jobs beside this one
         if ranks.is_main():
             self.mark_done(name, artifacts, info, started, inputs=inputs, depends_on=depends_on)
         ranks.barrier()

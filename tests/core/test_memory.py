@@ -7,6 +7,7 @@ import weakref
 
 import pytest
 
+from coalign.core import runs
 from coalign.core.memory import _malloc_trim
 from coalign.core.runs import Run
 
@@ -18,7 +19,10 @@ class _Node:
         self.me = self
 
 
-def test_a_stage_collects_the_cycles_its_work_left(tmp_path):
+@pytest.mark.parametrize("long_after_s, collected", [(0.0, True), (3600.0, False)])
+def test_a_long_stage_collects_the_cycles_its_work_left(tmp_path, monkeypatch, long_after_s, collected):
+    """A stage that ran `RELEASE_AFTER_S` or longer; a shorter one skips the collection (it costs 0.1-0.2 s)."""
+    monkeypatch.setattr(runs, "RELEASE_AFTER_S", long_after_s)
     left: list[weakref.ref] = []
 
     def work() -> dict:
@@ -28,7 +32,7 @@ def test_a_stage_collects_the_cycles_its_work_left(tmp_path):
     gc.disable()  # only an explicit collection frees a cycle now
     try:
         Run(tmp_path / "run").stage("train", work, [])
-        assert left[0]() is None
+        assert (left[0]() is None) is collected
     finally:
         gc.enable()
 
