@@ -15,6 +15,14 @@ def boom() -> None:
     raise ValueError("bad job")
 
 
+def boom_once_started(pid_file: Path) -> None:
+    """Fail once the other job is running, so its cancellation stops a running job."""
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    raise ValueError("bad job")
+
+
 def sleep_after_writing_pid(path: Path) -> None:
     """A long job that says which process runs it."""
     path.write_text(str(os.getpid()))

@@ -141,15 +141,13 @@ def _exit_when(gone: Callable[[], bool], name: str) -> None:
     threading.Thread(target=watch, name=name, daemon=True).start()
 
 
-def _exit_with_parent(parent: int) -> None:
-    """Leave as soon as the parent is gone (killed by SIGTERM or SIGKILL, say)."""
-    _exit_when(lambda: os.getppid() != parent, "exit-with-parent")
-
-
-def _start_worker(parent: int, devices: multiprocessing.queues.Queue | None) -> None:
-    """A worker's initializer: it leaves with its parent, and on a GPU machine takes the next GPUs of `devices`
-    (a queue of `gpu_slots`) before anything it runs starts CUDA (a spawned process starts with none)."""
-    _exit_with_parent(parent)
+def _start_worker(
+    parent: int, devices: multiprocessing.queues.Queue | None, stop: multiprocessing.synchronize.Event
+) -> None:
+    """A worker's initializer: it leaves with its parent or once `stop` is set (another job failed), and on a
+    GPU machine takes the next GPUs of `devices` (a queue of `gpu_slots`) before anything it runs starts CUDA (a
+    spawned process starts with none)."""
+    _exit_when(lambda: os.getppid() != parent or stop.is_set(), "exit-with-parent")
     if devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices.get()
 
@@ -303,10 +301,11 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
     `executed_by(executor)`, `executor` runs them (`ray_jobs.run_on_ray`: Ray tasks, `workers` splitting the
     cluster's cores).
 
-    A failing job raises in the parent with its log's path in the message. Only `workers` = 1 runs jobs in this
-    process: with more, even a lone job (a bench's one cold-start evaluation) runs in a process of its own, so
-    the memory it held (models, a vLLM engine, what the allocator keeps) goes back when it ends, rather than
-    staying in the parent beside the next phase's jobs.
+    A failing job raises in the parent at once, with its log's path in the message, and stops the jobs running
+    beside it (as a Ray bench cancels its others; the stages they finished stay, for a rerun). Only `workers` = 1
+    runs jobs in this process: with more, even a lone job (a bench's one cold-start evaluation) runs in a process
+    of its own, so the memory it held (models, a vLLM engine, what the allocator keeps) goes back when it ends,
+    rather than staying in the parent beside the next phase's jobs.
     """
     if not jobs:
         return []
@@ -323,14 +322,14 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
     results: list[Any] = [None] * len(jobs)
     waiting, running = sorted(range(len(jobs)), key=lambda i: -jobs[i].weight), {}  # stable: ties in order
     context = multiprocessing.get_context("spawn")
-    devices = None
+    devices, stop = None, context.Event()
     if slots:
         devices = context.Queue()
         for slot in slots:
             devices.put(slot)
     with (
         ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(), devices)
+            workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(), devices, stop)
         ) as pool,
         JobBoard(jobs, f"{desc} ({workers} processes)", console or make_console()) as board,
     ):
@@ -346,6 +345,7 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
                     results[i] = future.result()
                 except Exception as err:
                     board.finish(i, failed=True)
+                    stop.set()  # the pool's exit waits for its workers: the others' leave now
                     where = f" (log: {jobs[i].log})" if jobs[i].log else ""
                     raise RuntimeError(f"job {jobs[i].name} failed: {err}{where}") from err
                 board.finish(i)

@@ -23,7 +23,7 @@ from coalign.core.errors import RunError
 from coalign.core.parallel import Job, _alive, launches, memory_estimate, run_jobs
 from coalign.core.ray_jobs import default_executor, executing
 from tests.conftest import RAY_ENV
-from tests.jobs import sleep_after_writing_pid
+from tests.jobs import boom_once_started, sleep_after_writing_pid
 
 pytestmark = pytest.mark.slow  # every test here trains, launches processes or runs a cluster
 
@@ -106,14 +106,6 @@ def where_it_ran(i: int) -> tuple[int, str, str]:
 
     context = ray.get_runtime_context()
     return i, context.gcs_address, context.get_node_id()
-
-
-def boom_once_started(pid_file: Path) -> None:
-    """Fail once the other job is running, so its cancellation stops a running task."""
-    deadline = time.monotonic() + 60
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    raise ValueError("bad job")
 
 
 def timed(seconds: float) -> tuple[float, float]:

@@ -26,7 +26,7 @@ from coalign.moat.report import (
 )
 from coalign.pilotrl.bench import variant_weight
 from coalign.reports.stats import fmt, t_bars, t_critical, t_two_sided_p
-from tests.jobs import boom, echo
+from tests.jobs import boom, boom_once_started, echo, sleep_after_writing_pid
 from tests.moat.test_moat import MOAT
 
 BENCH = {**MOAT, "name": "bench-test"}
@@ -293,6 +293,21 @@ def test_parallel_jobs_return_in_order_and_log_their_output(tmp_path):
     assert (tmp_path / "j1.log").read_text().strip().endswith("job says x1")
     with pytest.raises(RuntimeError, match=r"job bad failed: bad job \(log: .*bad.log\)"):
         run_jobs([Job("bad", boom, (), tmp_path / "bad.log"), *jobs[:1]], workers=2, desc="test")
+
+
+@pytest.mark.slow
+def test_a_failed_job_stops_the_one_running_beside_it(tmp_path):
+    """The bench stops at once, as a Ray bench does, not when the other job ends (here in 300 s)."""
+    pid_file = tmp_path / "sleeper.pid"
+    jobs = [
+        Job("sleeper", sleep_after_writing_pid, (pid_file,), tmp_path / "sleeper.log"),
+        Job("bad", boom_once_started, (pid_file,), tmp_path / "bad.log"),
+    ]
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"^job bad failed: bad job \(log: .*bad\.log\)$"):
+        run_jobs(jobs, workers=2, desc="failing")
+    assert time.monotonic() - start < 120
+    assert not _running(int(pid_file.read_text()))
 
 
 @pytest.mark.slow
