@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -127,10 +127,33 @@ def open_engine(path: str, trust_remote_code: bool, bf16: bool, **options):
         raise RunError(f"vLLM could not start on {path}: {err}") from err
 
 
-def reload_weights(llm, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+def tied_names(model: torch.nn.Module) -> dict[str, list[str]]:
+    """Each parameter `model` holds under several names (an output head tied to the input embeddings), by the
+    name `named_parameters()` gives it (the first): its other names."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return {group[0]: group[1:] for group in names.values() if len(group) > 1}
+
+
+def reload_weights(
+    llm, weights: Iterable[tuple[str, torch.Tensor]], tied: Mapping[str, Sequence[str]] | None = None
+) -> None:
     """Write `weights` (checkpoint names, e.g. `model.layers.0.mlp.up_proj.weight`) into the running in-process
     engine `llm` in place, and drop its prefix cache, whose keys and values the old weights computed. The
     iterator is consumed as the engine loads, so a generator may yield tensors valid only while it runs (a PEFT
-    model's merged weights, unmerged after the last)."""
-    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True})
+    model's merged weights, unmerged after the last).
+
+    Each weight also goes under its `tied` names (`tied_names`): the reload puts back the old tensors of a layer
+    it got no weight for, so a tied head left out (as `named_parameters()` leaves it) kept its old weights
+    while the embeddings it is tied to moved, and the engine sampled from a model the trainer no longer was."""
+    tied = tied or {}
+
+    def each() -> Iterator[tuple[str, torch.Tensor]]:
+        for name, weight in weights:
+            yield name, weight
+            for alias in tied.get(name, ()):
+                yield alias, weight
+
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": each(), "is_checkpoint_format": True})
     llm.reset_prefix_cache()

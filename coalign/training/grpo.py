@@ -25,7 +25,14 @@ from trl.trainer.utils import RepeatSampler
 from coalign.config import GRPOSettings, LoraSettings
 from coalign.core.errors import RunError
 from coalign.models.load import load_tokenizer
-from coalign.models.vllm_engine import INSTALL, engine_options, on_cpu, reload_weights, set_cpu_defaults
+from coalign.models.vllm_engine import (
+    INSTALL,
+    engine_options,
+    on_cpu,
+    reload_weights,
+    set_cpu_defaults,
+    tied_names,
+)
 from coalign.training.common import common_args, train_and_save, training_model, trl_config
 
 
@@ -52,8 +59,13 @@ class StageTrainer(GRPOTrainer):
         if self.use_vllm and self.args.vllm_mode == "colocate" and on_cpu():
             generation = self.vllm_generation
             # TRL's sync calls `load_weights`, which cannot write into the CPU engine's re-packed linear layers;
-            # the same weights, named as TRL names them (a PEFT model's merged), through vLLM's in-place reload
-            generation.sync_weights = lambda: reload_weights(generation.llm, generation._iter_named_params())
+            # the same weights, named as TRL names them (a PEFT model's merged), through vLLM's in-place reload,
+            # a tied head's under its own name too
+            tied = {
+                vllm_name(generation, name): [vllm_name(generation, alias) for alias in aliases]
+                for name, aliases in tied_names(generation.model).items()
+            }
+            generation.sync_weights = lambda: reload_weights(generation.llm, generation._iter_named_params(), tied)
 
     def _get_train_sampler(self, dataset: Dataset | None = None) -> Sampler:
         sampler = super()._get_train_sampler(dataset)
@@ -63,6 +75,13 @@ class StageTrainer(GRPOTrainer):
             )
         sampler.__class__ = EpochSampler  # TRL's arguments, our epochs
         return sampler
+
+
+def vllm_name(generation, name: str) -> str:
+    """A parameter's name as TRL's weight sync (`generation`'s) gives it to vLLM: without the parts a PEFT, FSDP
+    or activation-checkpointing wrapper adds."""
+    name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+    return generation._fix_param_name_to_vllm(name, ["_fsdp_wrapped_module.", "modules_to_save.default."])
 
 
 def own_rendezvous_port() -> None:

@@ -21,7 +21,7 @@ from coalign.models.backends import VLLMBackend
 from coalign.models.bases import starting_point
 from coalign.models.load import render_prompt
 from coalign.models.turn_writers import generate_turns
-from coalign.models.vllm_engine import on_cpu, reload_weights
+from coalign.models.vllm_engine import on_cpu, reload_weights, tied_names
 from coalign.tasks.gsm8k import load_gsm8k
 from coalign.training.setup import check_generation
 
@@ -123,6 +123,38 @@ def test_new_weights_reach_the_running_engine(smol, contexts):
     assert backend.turns(contexts[:3], 24, 0.0, 1.0) == before
 
 
+def test_a_tied_head_follows_its_embeddings_through_a_reload(smol, contexts):
+    """SmolLM2 ties its output head to its input embeddings, and `named_parameters()` (what TRL's sync iterates)
+    names that weight once: moved embeddings reloaded with the tie move the engine's head too, and its
+    log-probabilities are the moved model's. Without the tie the engine kept its old head."""
+    vllm_agent, hf_agent, _ = smol
+    backend, model = vllm_agent.backend, hf_agent.model
+    params = backend.sampling(n=1, max_tokens=1, temperature=0.0, top_p=1.0, seed=0, logprobs=5)
+
+    def engine_top(ids):
+        out = backend.llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0].outputs[0]
+        return torch.tensor(sorted(step.logprob for step in out.logprobs[0].values()))
+
+    def model_top(ids):
+        with torch.no_grad():
+            return model(torch.tensor([ids])).logits[0, -1].log_softmax(-1).topk(5).values.sort().values
+
+    embeddings = model.get_input_embeddings().weight
+    kept = embeddings.detach().clone()
+    tied = tied_names(model)
+    assert tied == {"model.embed_tokens.weight": ["lm_head.weight"]}
+    try:
+        with torch.no_grad():
+            embeddings.add_(torch.randn(embeddings.shape, generator=torch.Generator().manual_seed(0)) * 0.05)
+        reload_weights(backend.llm, model.named_parameters(), tied)
+        worst = max(float((engine_top(ids) - model_top(ids)).abs().max()) for ids in contexts[:3])
+    finally:
+        with torch.no_grad():
+            embeddings.copy_(kept)
+        reload_weights(backend.llm, model.named_parameters(), tied)
+    assert worst < 1e-3, worst
+
+
 def test_stage_one_samples_k_per_task_and_a_seed_fixes_them(smol):
     """MOAT's stage 1 through the engine: K candidates per task in one request each, fixed by the stage's seed
     whatever else is in the call. 12 tasks x 4 are more prompt tokens than one engine step takes (4,096), so
@@ -207,16 +239,17 @@ def test_a_pilotrl_run_rolls_out_syncs_and_evaluates_on_vllm(tmp_path, toy_regis
     from coalign.pilotrl.recipe import run_pilotrl
     from coalign.training import grpo
 
-    synced, written = [], []
+    synced, written, ties = [], [], []
     real_reload, real_generate = grpo.reload_weights, rollout.VLLMTurns._generate
 
-    def spy_reload(llm, weights):
+    def spy_reload(llm, weights, tied):
         def seen():
             for name, tensor in weights:
                 synced.append((name, tuple(tensor.shape)))
                 yield name, tensor
 
-        real_reload(llm, seen())
+        ties.append(tied)
+        real_reload(llm, seen(), tied)
 
     def spy_generate(self, prompts):
         written.append(len(prompts))
@@ -243,3 +276,4 @@ def test_a_pilotrl_run_rolls_out_syncs_and_evaluates_on_vllm(tmp_path, toy_regis
     assert names and set(names) <= set(saved)  # one step: synced once, under the checkpoint's names
     assert all(names[n] == tuple(saved[n].shape) for n in names)
     assert {n for n in saved if n != "lm_head.weight"} <= set(names)
+    assert ties[-1] == {"model.embed_tokens.weight": ["lm_head.weight"]}  # the tied head goes under its name too
