@@ -2,6 +2,7 @@
 process imports the module of its function, and a test module's imports (the trainers) take seconds."""
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -15,12 +16,22 @@ def boom() -> None:
     raise ValueError("bad job")
 
 
+def _await(path: Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def boom_once_started(pid_file: Path) -> None:
     """Fail once the other job is running, so its cancellation stops a running job."""
-    deadline = time.monotonic() + 60
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _await(pid_file)
     raise ValueError("bad job")
+
+
+def killed_once_started(pid_file: Path) -> None:
+    """Die by SIGKILL, as the out-of-memory killer ends a process, once the other job is running."""
+    _await(pid_file)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def sleep_after_writing_pid(path: Path) -> None:

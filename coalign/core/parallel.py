@@ -20,15 +20,16 @@ import multiprocessing
 import os
 import pickle
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from coalign.core.errors import RunError
 
 REFRESH_S = 1.0  # how often the live table rereads the logs
 PARENT_CHECK_S = 1.0  # how often a worker checks that the process that started it is still there
+EXIT_WAIT_S = 30.0  # how long a job's process may take to leave, once done or told to stop
 
 
 @dataclass(frozen=True)
@@ -141,15 +143,64 @@ def _exit_when(gone: Callable[[], bool], name: str) -> None:
     threading.Thread(target=watch, name=name, daemon=True).start()
 
 
-def _start_worker(
-    parent: int, devices: multiprocessing.queues.Queue | None, stop: multiprocessing.synchronize.Event
-) -> None:
-    """A worker's initializer: it leaves with its parent or once `stop` is set (another job failed), and on a
-    GPU machine takes the next GPUs of `devices` (a queue of `gpu_slots`) before anything it runs starts CUDA (a
-    spawned process starts with none)."""
-    _exit_when(lambda: os.getppid() != parent or stop.is_set(), "exit-with-parent")
+def _job_process(job: Job, threads: int, procs: int, devices: str | None, parent: int, out: Connection) -> None:
+    """A side-by-side job's process of its own (`run_jobs`): it leaves with its parent, sees the GPUs `devices`
+    names (set before anything it runs starts CUDA: a spawned process starts with none), and sends back
+    (True, its result) or (False, the error it raised)."""
+    _exit_when(lambda: os.getppid() != parent, "exit-with-parent")
     if devices is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = devices.get()
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices
+    try:
+        outcome = (True, _run_logged(job, threads, procs))
+    except Exception as err:
+        outcome = (False, err)
+    try:
+        out.send(outcome)
+    except Exception as err:  # pickling fails before anything is written
+        ok, value = outcome
+        text = f"its result could not be sent back ({err})" if ok else f"{type(value).__name__}: {value}"
+        out.send((False, RuntimeError(text)))
+    out.close()
+
+
+def ended_how(code: int | None) -> str:
+    """How a job's process that sent nothing back ended, from its exit code (a signal's, negative)."""
+    if code is None or code >= 0:
+        return f"exited with code {code} before sending its result"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    oom = " (what the kernel's out-of-memory killer sends: see dmesg)" if -code == signal.SIGKILL else ""
+    return f"was killed by {name}{oom}"
+
+
+def _outcome(process: multiprocessing.process.BaseProcess, reader: Connection) -> tuple[bool, Any]:
+    """What a finished job's process sent back, else how it ended; the process joined (killed if it hangs on
+    its way out after sending)."""
+    try:
+        sent = reader.recv() if reader.poll() else None
+    except (EOFError, OSError):  # it died in the middle of sending
+        sent = None
+    _stop([process], EXIT_WAIT_S)
+    reader.close()
+    return sent if sent is not None else (False, RuntimeError(f"its process {ended_how(process.exitcode)}"))
+
+
+def _stop(processes: Iterable[multiprocessing.process.BaseProcess], wait_s: float = 0.0) -> None:
+    """Each process ended: waited for up to `wait_s`, then SIGTERM, then SIGKILL where that is not enough (its
+    launched ranks, `_launched`, leave with it)."""
+    processes = list(processes)
+    for process in processes:
+        process.join(wait_s)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(EXIT_WAIT_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def _alive(pid: int) -> bool:
@@ -302,10 +353,11 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
     cluster's cores).
 
     A failing job raises in the parent at once, with its log's path in the message, and stops the jobs running
-    beside it (as a Ray bench cancels its others; the stages they finished stay, for a rerun). Only `workers` = 1
-    runs jobs in this process: with more, even a lone job (a bench's one cold-start evaluation) runs in a process
-    of its own, so the memory it held (models, a vLLM engine, what the allocator keeps) goes back when it ends,
-    rather than staying in the parent beside the next phase's jobs.
+    beside it (as a Ray bench cancels its others; the stages they finished stay, for a rerun); a job's process
+    that dies (the out-of-memory killer's SIGKILL, say) is such a failure, named so. Only `workers` = 1 runs jobs
+    in this process: with more, each job, even a lone one (a bench's one cold-start evaluation), runs in a fresh
+    process of its own, so the memory it held (models, a vLLM engine, what the allocator keeps) goes back when it
+    ends, rather than staying beside the next job.
     """
     if not jobs:
         return []
@@ -320,36 +372,39 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
     if alone:  # launched one after another, printing to this terminal
         return [_launch(job, procs, threads) for job in jobs]
     results: list[Any] = [None] * len(jobs)
-    waiting, running = sorted(range(len(jobs)), key=lambda i: -jobs[i].weight), {}  # stable: ties in order
+    waiting = sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)  # stable: ties in order
+    running: dict[int, tuple[multiprocessing.process.BaseProcess, Connection, str | None]] = {}
     context = multiprocessing.get_context("spawn")
-    devices, stop = None, context.Event()
-    if slots:
-        devices = context.Queue()
-        for slot in slots:
-            devices.put(slot)
-    with (
-        ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(), devices, stop)
-        ) as pool,
-        JobBoard(jobs, f"{desc} ({workers} processes)", console or make_console()) as board,
-    ):
-        while waiting or running:
-            while waiting and len(running) < workers:
-                i = waiting.pop(0)
-                running[pool.submit(_run_logged, jobs[i], threads, procs)] = i
-                board.start(i)
-            finished, _ = wait(running, timeout=REFRESH_S, return_when=FIRST_COMPLETED)
-            for future in finished:
-                i = running.pop(future)
-                try:
-                    results[i] = future.result()
-                except Exception as err:
-                    board.finish(i, failed=True)
-                    stop.set()  # the pool's exit waits for its workers: the others' leave now
-                    where = f" (log: {jobs[i].log})" if jobs[i].log else ""
-                    raise RuntimeError(f"job {jobs[i].name} failed: {err}{where}") from err
-                board.finish(i)
-            board.refresh()
+    with JobBoard(jobs, f"{desc} ({workers} processes)", console or make_console()) as board:
+        try:
+            while waiting or running:
+                while waiting and len(running) < workers:
+                    i = waiting.pop(0)
+                    devices = slots.pop(0) if slots else None  # a GPU machine: one slot per job running
+                    reader, writer = context.Pipe(duplex=False)
+                    args = (jobs[i], threads, procs, devices, os.getpid(), writer)
+                    process = context.Process(target=_job_process, args=args, name=f"coalign job {jobs[i].name}")
+                    process.start()
+                    writer.close()  # the child's now: its end closing tells a death from a result still to come
+                    running[i] = (process, reader, devices)
+                    board.start(i)
+                handles = [handle for process, reader, _ in running.values() for handle in (reader, process.sentinel)]
+                ready = set(wait(handles, timeout=REFRESH_S))
+                for i, (process, reader, devices) in list(running.items()):
+                    if reader not in ready and process.sentinel not in ready:
+                        continue
+                    del running[i]
+                    if devices is not None:
+                        slots.append(devices)
+                    ok, value = _outcome(process, reader)
+                    board.finish(i, failed=not ok)
+                    if not ok:
+                        where = f" (log: {jobs[i].log})" if jobs[i].log else ""
+                        raise RuntimeError(f"job {jobs[i].name} failed: {value}{where}") from value
+                    results[i] = value
+                board.refresh()
+        finally:  # a failure, or Ctrl-C: the jobs still running stop now
+            _stop(process for process, _, _ in running.values())
     return results
 
 

@@ -26,7 +26,7 @@ from coalign.moat.report import (
 )
 from coalign.pilotrl.bench import variant_weight
 from coalign.reports.stats import fmt, t_bars, t_critical, t_two_sided_p
-from tests.jobs import boom, boom_once_started, echo, sleep_after_writing_pid
+from tests.jobs import boom, boom_once_started, echo, killed_once_started, sleep_after_writing_pid
 from tests.moat.test_moat import MOAT
 
 BENCH = {**MOAT, "name": "bench-test"}
@@ -311,6 +311,22 @@ def test_a_failed_job_stops_the_one_running_beside_it(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_job_whose_process_is_killed_fails_at_once_named_so(tmp_path):
+    """The out-of-memory killer's SIGKILL, here to the second job started: a pool of workers (Python 3.11's) saw
+    no death of a worker it had just spawned until another job ended, and the bench hung that long."""
+    pid_file = tmp_path / "sleeper.pid"
+    jobs = [
+        Job("sleeper", sleep_after_writing_pid, (pid_file,), tmp_path / "sleeper.log"),
+        Job("killed", killed_once_started, (pid_file,), tmp_path / "killed.log"),
+    ]
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"^job killed failed: its process was killed by SIGKILL \(what the "):
+        run_jobs(jobs, workers=2, desc="killed")
+    assert time.monotonic() - start < 120
+    assert not _running(int(pid_file.read_text()))
+
+
+@pytest.mark.slow
 def test_parallel_jobs_print_one_line_per_start_and_finish_when_not_a_terminal(tmp_path):
     out = io.StringIO()
     jobs = [Job(f"j{i}", echo, (f"x{i}",), tmp_path / f"j{i}.log") for i in range(3)]
@@ -352,8 +368,8 @@ def test_the_live_table_shows_a_log_s_latest_progress_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
 def test_parallel_jobs_use_separate_processes(tmp_path: Path):
-    pids = run_jobs([Job(f"p{i}", os.getpid, (), None) for i in range(2)], workers=2, desc="pids")
-    assert os.getpid() not in pids
+    pids = run_jobs([Job(f"p{i}", os.getpid, (), None) for i in range(3)], workers=2, desc="pids")
+    assert os.getpid() not in pids and len(set(pids)) == 3  # each job a fresh process: none inherits another's
     # a lone job of a side-by-side run too (a bench's one cold-start evaluation): what it held goes when it ends,
     # instead of staying in this process beside the next jobs; only workers=1 runs jobs here
     (pid,) = run_jobs([Job("lone", os.getpid, (), tmp_path / "lone.log")], workers=2, desc="pids")
