@@ -105,14 +105,14 @@ def _job_task(job: Job, threads: int, procs: int) -> Iterator[Any]:
 
 
 @functools.cache
-def _remote_job(gpus: bool) -> Any:
-    """`_job_task` as a Ray remote function. A job on GPUs runs in a fresh worker process (`max_calls=1`, Ray's own
-    default for GPU tasks): a process that ran one keeps its CUDA context and torch's cached GPU memory, which the
-    next job on those GPUs would not have. On CPUs a worker runs job after job, as a local worker process does,
-    without importing torch and the trainers again."""
+def _remote_job() -> Any:
+    """`_job_task` as a Ray remote function, each job in a fresh worker process (`max_calls=1`, Ray's own default
+    for GPU tasks), as each local job runs in one (`parallel.run_jobs`): a process that ran a job keeps what its
+    allocator held and, on GPUs, its CUDA context and torch's cached memory, which the next job would start beside.
+    Importing torch and the trainers again takes seconds; a job, minutes."""
     import ray
 
-    return ray.remote(max_calls=1)(_job_task) if gpus else ray.remote(_job_task)
+    return ray.remote(max_calls=1)(_job_task)
 
 
 def run_on_ray(jobs: Sequence[Job], workers: int, procs: int, desc: str, console: Console) -> list[Any]:
@@ -138,7 +138,7 @@ def run_on_ray(jobs: Sequence[Job], workers: int, procs: int, desc: str, console
         options = {"num_cpus": threads, "num_gpus": gpus}
         if jobs[i].memory_bytes:
             options["memory"] = jobs[i].memory_bytes
-        tasks[_remote_job(gpus > 0).options(**options).remote(jobs[i], threads, procs)] = i
+        tasks[_remote_job().options(**options).remote(jobs[i], threads, procs)] = i
     results: list[Any] = [None] * len(jobs)
     with JobBoard(jobs, f"{desc} (Ray)", console) as board:
         while tasks:
