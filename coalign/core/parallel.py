@@ -163,7 +163,7 @@ def _job_process(job: Job, threads: int, procs: int, devices: str | None, parent
     out.close()
 
 
-def ended_how(code: int | None) -> str:
+def _ended_how(code: int | None) -> str:
     """How a job's process that sent nothing back ended, from its exit code (a signal's, negative)."""
     if code is None or code >= 0:
         return f"exited with code {code} before sending its result"
@@ -184,7 +184,7 @@ def _outcome(process: multiprocessing.process.BaseProcess, reader: Connection) -
         sent = None
     _stop([process], EXIT_WAIT_S)
     reader.close()
-    return sent if sent is not None else (False, RuntimeError(f"its process {ended_how(process.exitcode)}"))
+    return sent if sent is not None else (False, RuntimeError(f"its process {_ended_how(process.exitcode)}"))
 
 
 def _stop(processes: Iterable[multiprocessing.process.BaseProcess], wait_s: float = 0.0) -> None:
