@@ -52,11 +52,12 @@ class StageTrainer(GRPOTrainer):
     (`colocated_on_cpu`)."""
 
     def __init__(self, *args, **kwargs) -> None:
-        if kwargs["args"].use_vllm and kwargs["args"].vllm_mode == "colocate":
+        colocated = kwargs["args"].use_vllm and kwargs["args"].vllm_mode == "colocate"
+        if colocated:
             own_rendezvous_port()
         with colocated_on_cpu(kwargs["args"]):
             super().__init__(*args, **kwargs)
-        if self.use_vllm and self.args.vllm_mode == "colocate" and on_cpu():
+        if colocated and on_cpu():
             generation = self.vllm_generation
             # TRL's sync calls `load_weights`, which cannot write into the CPU engine's re-packed linear layers;
             # the same weights, named as TRL names them (a PEFT model's merged), through vLLM's in-place reload,
