@@ -12,6 +12,12 @@ def echo(text: str) -> str:
     return text.upper()
 
 
+def timed(seconds: float) -> tuple[float, float]:
+    start = time.time()
+    time.sleep(seconds)
+    return start, time.time()
+
+
 def boom() -> None:
     raise ValueError("bad job")
 

@@ -52,8 +52,8 @@ class Job:
     """A picklable call (a module-level function and its arguments) with a log file for its output.
     `weight`: its expected length relative to the others; side by side the heaviest waiting job starts first,
     so the last to start is a short one and no long job runs on alone at the end. `memory_bytes`: the memory it
-    holds at its peak (`memory_estimate`), which the Ray executor asks for, so that a job that does not fit beside
-    the running ones waits for them rather than being killed for memory; None asks for none."""
+    holds at its peak (`memory_estimate`): a job that does not fit beside the running ones waits for them rather
+    than being killed for memory, on this machine (`run_jobs`) as on Ray (its memory request); None asks for none."""
 
     name: str
     fn: Callable[..., Any]
@@ -106,6 +106,26 @@ def executed_by(executor: Executor) -> Iterator[None]:
         yield
     finally:
         _executor = before
+
+
+def machine_memory() -> int:
+    """Bytes of memory this machine gives its jobs: its physical memory, or its container's limit where lower
+    (cgroup v2 or v1)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            total = min(total, int(Path(limit).read_text()))  # "max" (no limit) is a ValueError
+    return total
+
+
+def _next_fitting(waiting: list[int], jobs: Sequence[Job], held: int, alone: bool, budget: int) -> int | None:
+    """The first of `waiting` (heaviest first) whose `memory_bytes` fits in `budget` beside the `held` bytes of the
+    jobs running, as Ray's scheduler admits a task by its memory request; with none running (`alone`) any job,
+    even one larger than the budget, which then has the machine to itself. None: each must wait."""
+    for i in waiting:
+        if alone or held + (jobs[i].memory_bytes or 0) <= budget:
+            return i
+    return None
 
 
 def visible_gpus() -> list[str]:
@@ -282,6 +302,7 @@ class JobBoard:
         self.jobs, self.desc, self.console = jobs, desc, console
         self.started: dict[int, float] = {}
         self.finished: dict[int, tuple[float, bool]] = {}  # job -> (seconds, failed)
+        self.memory_waits: set[int] = set()  # jobs said to wait for memory (`wait_for_memory`)
         self.live = Live(console=console, auto_refresh=False) if console.is_terminal else None
 
     def __enter__(self) -> JobBoard:
@@ -299,6 +320,18 @@ class JobBoard:
         if not self.live:
             where = f" (log: {self.jobs[i].log})" if self.jobs[i].log else ""
             self.console.print(f"{self.desc}: {self.jobs[i].name} started{where}", markup=False, highlight=False)
+
+    def wait_for_memory(self, i: int, held: int, budget: int) -> None:
+        """Say once that job `i` waits, though a worker is free, for running jobs' memory to come back."""
+        if i in self.memory_waits:
+            return
+        self.memory_waits.add(i)
+        gib, need = 1 << 30, self.jobs[i].memory_bytes or 0
+        line = (
+            f"{self.desc}: {self.jobs[i].name} waits for memory (it needs {need / gib:.1f} GiB; "
+            f"running jobs hold {held / gib:.1f} of this machine's {budget / gib:.1f})"
+        )
+        self.console.print(line, markup=False, highlight=False)
 
     def finish(self, i: int, failed: bool = False) -> None:
         seconds = time.monotonic() - self.started[i]
@@ -357,7 +390,8 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
     that dies (the out-of-memory killer's SIGKILL, say) is such a failure, named so. Only `workers` = 1 runs jobs
     in this process: with more, each job, even a lone one (a bench's one cold-start evaluation), runs in a fresh
     process of its own, so the memory it held (models, a vLLM engine, what the allocator keeps) goes back when it
-    ends, rather than staying beside the next job.
+    ends, rather than staying beside the next job. A job starts only where its `memory_bytes` fit beside the
+    running jobs' in `machine_memory` (else it waits, and says so; alone, it runs whatever its size).
     """
     if not jobs:
         return []
@@ -374,12 +408,17 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
     results: list[Any] = [None] * len(jobs)
     waiting = sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)  # stable: ties in order
     running: dict[int, tuple[multiprocessing.process.BaseProcess, Connection, str | None]] = {}
-    context = multiprocessing.get_context("spawn")
+    context, budget = multiprocessing.get_context("spawn"), machine_memory()
     with JobBoard(jobs, f"{desc} ({workers} processes)", console or make_console()) as board:
         try:
             while waiting or running:
                 while waiting and len(running) < workers:
-                    i = waiting.pop(0)
+                    held = sum(jobs[j].memory_bytes or 0 for j in running)
+                    i = _next_fitting(waiting, jobs, held, not running, budget)
+                    if i is None:
+                        board.wait_for_memory(waiting[0], held, budget)
+                        break
+                    waiting.remove(i)
                     devices = slots.pop(0) if slots else None  # a GPU machine: one slot per job running
                     reader, writer = context.Pipe(duplex=False)
                     args = (jobs[i], threads, procs, devices, os.getpid(), writer)

@@ -23,7 +23,7 @@ from coalign.core.errors import RunError
 from coalign.core.parallel import Job, _alive, launches, memory_estimate, run_jobs
 from coalign.core.ray_jobs import default_executor, executing
 from tests.conftest import RAY_ENV
-from tests.jobs import boom_once_started, sleep_after_writing_pid
+from tests.jobs import boom_once_started, sleep_after_writing_pid, timed
 
 pytestmark = pytest.mark.slow  # every test here trains, launches processes or runs a cluster
 
@@ -106,12 +106,6 @@ def where_it_ran(i: int) -> tuple[int, str, str]:
 
     context = ray.get_runtime_context()
     return i, context.gcs_address, context.get_node_id()
-
-
-def timed(seconds: float) -> tuple[float, float]:
-    start = time.time()
-    time.sleep(seconds)
-    return start, time.time()
 
 
 def test_jobs_get_gpus_of_their_own_and_a_job_of_two_gpus_is_one_task_of_two_processes(cluster, tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from coalign.config import load_config
+from coalign.core import parallel
 from coalign.core.console import make_console
 from coalign.core.parallel import Job, latest_line, run_jobs
 from coalign.moat.bench import BENCHED, recipe_config, run_bench
@@ -26,7 +27,7 @@ from coalign.moat.report import (
 )
 from coalign.pilotrl.bench import variant_weight
 from coalign.reports.stats import fmt, t_bars, t_critical, t_two_sided_p
-from tests.jobs import boom, boom_once_started, echo, killed_once_started, sleep_after_writing_pid
+from tests.jobs import boom, boom_once_started, echo, killed_once_started, sleep_after_writing_pid, timed
 from tests.moat.test_moat import MOAT
 
 BENCH = {**MOAT, "name": "bench-test"}
@@ -317,6 +318,27 @@ def test_a_failed_or_killed_job_stops_the_bench_and_the_job_beside_it(tmp_path, 
         run_jobs(jobs, workers=2, desc="failing")
     assert time.monotonic() - start < 120
     assert not _running(int(pid_file.read_text()))
+
+
+@pytest.mark.slow
+def test_jobs_that_do_not_fit_in_memory_side_by_side_run_one_after_the_other_here_too(tmp_path, monkeypatch):
+    """As on Ray: two GRPO jobs of 13 GB each were killed side by side on a 24 GiB machine."""
+    monkeypatch.setattr(parallel, "machine_memory", lambda: 1 << 30)
+    out = io.StringIO()
+
+    def spans(*sizes: int | None) -> list[tuple[float, float]]:
+        jobs = [Job(f"m{i}", timed, (1.0,), tmp_path / f"m{i}.log", memory_bytes=s) for i, s in enumerate(sizes)]
+        return run_jobs(jobs, workers=2, desc="memory", console=make_console(file=out, width=200))
+
+    (start0, end0), (start1, end1) = spans(600 << 20, 600 << 20)
+    assert end0 <= start1
+    assert (
+        "memory (2 processes): m1 waits for memory (it needs 0.6 GiB; running jobs hold 0.6 of this " in out.getvalue()
+    )
+    (start0, end0), (start1, end1) = spans(400 << 20, None)  # they fit; None asks for nothing
+    assert start1 < end0 and start0 < end1
+    (start0, end0), (start1, end1) = spans(2 << 30, None)  # larger than the machine: it runs, alone
+    assert end0 <= start1
 
 
 @pytest.mark.slow
