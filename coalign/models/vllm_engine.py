@@ -39,6 +39,16 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
+def engine_host_bytes(parameters: int) -> int:
+    """Host memory an engine for a model of `parameters` holds beside its caller, for a job's memory estimate: on a
+    CPU its weights in bf16 and its key/value cache (`VLLM_CPU_KVCACHE_SPACE` GiB, as the engine will read it); on a
+    GPU both are in the GPU's memory."""
+    if not on_cpu():
+        return 0
+    space = os.environ.get("VLLM_CPU_KVCACHE_SPACE") or CPU_DEFAULTS["VLLM_CPU_KVCACHE_SPACE"]
+    return 2 * parameters + int(float(space) * (1 << 30))
+
+
 def set_cpu_defaults() -> None:
     """The CPU engine's settings (module docstring) wherever the user set none; nothing on a GPU. Before vLLM
     reads them: it reads some when its modules are first imported."""

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel
 from rich.console import Console
 
-from coalign.config import DPOSettings, LoraSettings, RunConfig, config_changes, config_to_yaml
+from coalign.config import DPOSettings, GRPOSettings, LoraSettings, RunConfig, config_changes, config_to_yaml
 from coalign.core import ranks
 from coalign.core.errors import RunError
 from coalign.core.machine import decide_bf16, precision_record
@@ -26,7 +26,7 @@ from coalign.models.bases import starting_point
 from coalign.models.load import llama_parameters, llama_sizes
 from coalign.models.vllm_engine import INSTALL as VLLM_INSTALL
 from coalign.models.vllm_engine import MISSING as VLLM_MISSING
-from coalign.models.vllm_engine import check_cpu_heads, folder_config, head_size
+from coalign.models.vllm_engine import check_cpu_heads, engine_host_bytes, folder_config, head_size
 from coalign.tasks.sources import check_files
 from coalign.training.common import stage_batch
 
@@ -90,6 +90,10 @@ def check_generation(config: RunConfig, trains: bool) -> None:
 # (docs/log/2026-12-06-smollm2.md), estimated 8.1; conservative elsewhere (a smol-pilotrl SFT job, 1 x 4,096, held
 # about 5 GB and is estimated at 9.7)
 LOGIT_COPIES = 8
+# the same for a GRPO step, from measured peaks: a smol-pilotrl GRPO job (1 x 3,072 tokens, its vLLM engine in the
+# process) reached 12.7-13.5 GB resident in the backward of TRL's log-probs (docs/log/2026-12-07-smol-pilotrl.md),
+# about 12 copies beside its training state and engine
+GRPO_LOGIT_COPIES = 14
 
 
 def model_shape(name: str, config: RunConfig) -> dict | None:
@@ -102,10 +106,11 @@ def model_shape(name: str, config: RunConfig) -> dict | None:
 
 
 def job_memory(config: RunConfig) -> int | None:
-    """Bytes one run of `config` holds at its peak, for a Ray executor's request (`core.parallel.Job.memory_bytes`):
-    `memory_estimate` of its largest model's parameters (full fine-tuning in fp32: 16 bytes each) plus the logits of
-    its largest micro-batch (vocabulary x tokens in fp32, `LOGIT_COPIES` of them), which for SmolLM2's 49,152-token
-    vocabulary outweigh its 135M parameters. None where a size is unknown."""
+    """Bytes one run of `config` holds at its peak (`core.parallel.Job.memory_bytes`: what a bench's job waits for,
+    here or on Ray): `memory_estimate` of its largest model's parameters (full fine-tuning in fp32: 16 bytes each)
+    plus, at its largest stage, the logits of a micro-batch (vocabulary x tokens in fp32, `LOGIT_COPIES` of them;
+    `GRPO_LOGIT_COPIES` in a GRPO stage, with its colocated vLLM engine's `engine_host_bytes`), which for SmolLM2's
+    49,152-token vocabulary outweigh its 135M parameters. None where a size is unknown."""
     names = [config.pilotrl.model] if config.recipe == "pilotrl" else [config.models.planner, config.models.grounder]
     shapes = [model_shape(name, config) for name in names]
     if any(shape is None for shape in shapes):
@@ -115,8 +120,15 @@ def job_memory(config: RunConfig) -> int | None:
         vocab = max(int(shape["vocab_size"]) for shape in shapes)
     except (KeyError, TypeError, ValueError):
         return None
-    tokens = max(micro_batch_tokens(settings, config) for settings in trained_stages(config).values())
-    return memory_estimate(parameters) + LOGIT_COPIES * 4 * vocab * tokens
+
+    def stage_bytes(settings: BaseModel) -> int:
+        logits = 4 * vocab * micro_batch_tokens(settings, config)
+        if not isinstance(settings, GRPOSettings):
+            return LOGIT_COPIES * logits
+        engine = engine_host_bytes(parameters) if settings.generation == "vllm_colocate" else 0
+        return GRPO_LOGIT_COPIES * logits + engine
+
+    return memory_estimate(parameters) + max(stage_bytes(settings) for settings in trained_stages(config).values())
 
 
 def micro_batch_tokens(settings: BaseModel, config: RunConfig) -> int:

@@ -200,6 +200,25 @@ def test_the_ray_executor_without_ray_says_how_to_install_it(monkeypatch):
         pass
 
 
+def test_a_grpo_job_with_its_engine_is_estimated_above_its_measured_peak(monkeypatch):
+    """Two smol-pilotrl GRPO jobs (12.7-13.5 GB each, their vLLM engines in their processes) were killed side by side
+    on a 24 GiB machine; two of its SFT jobs (about 5 GB each) ran there side by side."""
+    from coalign.config import load_config
+    from coalign.models import vllm_engine
+    from coalign.pilotrl import bench
+    from coalign.training.setup import job_memory
+
+    monkeypatch.setattr(vllm_engine, "on_cpu", lambda: True)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    config = load_config("smol-pilotrl")
+    sft, grpo = (job_memory(bench.variant_config(config, variant, 0)) for variant in ("adaplan", "pilotrl"))
+    assert 2 * sft < 24 * 2**30 < 2 * grpo and grpo > 13.5e9
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "6")  # the engine's cache, as the engine will be given it
+    assert job_memory(bench.variant_config(config, "pilotrl", 0)) == grpo + 4 * 2**30
+    monkeypatch.setattr(vllm_engine, "on_cpu", lambda: False)  # on a GPU the engine holds GPU memory
+    assert job_memory(bench.variant_config(config, "pilotrl", 0)) < grpo
+
+
 def test_a_bench_asks_ray_for_the_memory_its_model_trains_in():
     """Each bench job asks for its run's peak (`training.setup.job_memory`): a SmolLM2 job near the 8.3 GB a smol
     MOAT job was measured at, so that on a 24 GB machine a third waits; a tiny-base job a fraction of that."""
