@@ -79,14 +79,59 @@ def report_error(message: str) -> None:
             json.dump({"message": {"message": message, "extraInfo": {"timestamp": str(int(time.time()))}}}, handle)
 
 
-def progress_bar() -> "Progress | NoBar":
-    """A bar of the run's progress; in a multi-process run only the main rank shows one, counting its own share
-    of the work."""
+def progress_bar() -> "Progress | LineProgress | NoBar":
+    """A bar of the run's progress, or its lines where the output is not a terminal (`LineProgress`); in a
+    multi-process run only the main rank shows one, counting its own share of the work."""
     if not ranks.is_main():
         return NoBar()
+    console = make_console()
+    if not console.is_terminal:
+        return LineProgress(console)
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=False
-    )
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=False,
+    )  # fmt: skip
+
+
+LINE_EVERY_S = 30.0  # how often at most a progress line goes to output that is not a terminal
+
+
+class LineProgress:
+    """A progress bar as lines, for output that is not a terminal (a side-by-side job's log, a pipe, `nohup`):
+    rich draws its bar there only when the step ends, so a log showed nothing for a whole evaluation (15 minutes
+    of a smol-pilotrl bench) and the job board's latest line was stale. One line per task at most every `every`
+    seconds, and one when the task completes: "description: done/total (elapsed)"."""
+
+    def __init__(self, console: Console, every: float = LINE_EVERY_S) -> None:
+        self.console, self.every = console, every
+        self.tasks: list[dict] = []
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def add_task(self, description: str, total: float | None = None) -> int:
+        self.tasks.append({"description": description, "total": total, "completed": 0, "started": time.monotonic()})
+        self.tasks[-1]["shown"] = self.tasks[-1]["started"]
+        return len(self.tasks) - 1
+
+    def advance(self, task: int, advance: float = 1) -> None:
+        self.update(task, advance=advance)
+
+    def update(self, task: int, total: float | None = None, advance: float = 0) -> None:
+        state = self.tasks[task]
+        if total is not None:
+            state["total"] = total
+        state["completed"] += advance
+        now, done = time.monotonic(), state["total"] is not None and state["completed"] >= state["total"]
+        if advance and (done or now - state["shown"] >= self.every):
+            state["shown"] = now
+            total_text = f"/{state['total']:g}" if state["total"] is not None else ""
+            elapsed = time.strftime("%H:%M:%S", time.gmtime(now - state["started"]))
+            line = f"{state['description']}: {state['completed']:g}{total_text} ({elapsed})"
+            self.console.print(line, markup=False, highlight=False)
 
 
 class NoBar:
