@@ -118,12 +118,13 @@ def machine_memory() -> int:
     return total
 
 
-def _next_fitting(waiting: list[int], jobs: Sequence[Job], held: int, alone: bool, budget: int) -> int | None:
+def _next_fitting(waiting: list[int], jobs: Sequence[Job], held: int, free: bool, budget: int) -> int | None:
     """The first of `waiting` (heaviest first) whose `memory_bytes` fits in `budget` beside the `held` bytes of the
-    jobs running, as Ray's scheduler admits a task by its memory request; with none running (`alone`) any job,
-    even one larger than the budget, which then has the machine to itself. None: each must wait."""
+    jobs running, as Ray's scheduler admits a task by its memory request; where memory does not bind (`free`: none
+    running, and a job larger than the budget then has the machine to itself; or jobs on GPUs) the first. None:
+    each must wait."""
     for i in waiting:
-        if alone or held + (jobs[i].memory_bytes or 0) <= budget:
+        if free or held + (jobs[i].memory_bytes or 0) <= budget:
             return i
     return None
 
@@ -390,8 +391,9 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
     that dies (the out-of-memory killer's SIGKILL, say) is such a failure, named so. Only `workers` = 1 runs jobs
     in this process: with more, each job, even a lone one (a bench's one cold-start evaluation), runs in a fresh
     process of its own, so the memory it held (models, a vLLM engine, what the allocator keeps) goes back when it
-    ends, rather than staying beside the next job. A job starts only where its `memory_bytes` fit beside the
-    running jobs' in `machine_memory` (else it waits, and says so; alone, it runs whatever its size).
+    ends, rather than staying beside the next job. On a CPU machine a job starts only where its `memory_bytes` fit
+    beside the running jobs' in `machine_memory` (else it waits, and says so; alone, it runs whatever its size); on
+    a GPU machine, where each job trains in GPUs of its own, they do not wait for host memory.
     """
     if not jobs:
         return []
@@ -408,13 +410,13 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str, console: Console | No
     results: list[Any] = [None] * len(jobs)
     waiting = sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)  # stable: ties in order
     running: dict[int, tuple[multiprocessing.process.BaseProcess, Connection, str | None]] = {}
-    context, budget = multiprocessing.get_context("spawn"), machine_memory()
+    context, budget, on_gpus = multiprocessing.get_context("spawn"), machine_memory(), bool(slots)
     with JobBoard(jobs, f"{desc} ({workers} processes)", console or make_console()) as board:
         try:
             while waiting or running:
                 while waiting and len(running) < workers:
                     held = sum(jobs[j].memory_bytes or 0 for j in running)
-                    i = _next_fitting(waiting, jobs, held, not running, budget)
+                    i = _next_fitting(waiting, jobs, held, not running or on_gpus, budget)
                     if i is None:
                         board.wait_for_memory(waiting[0], held, budget)
                         break

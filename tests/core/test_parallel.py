@@ -16,6 +16,7 @@ from rich.console import Console
 
 from coalign.cli import _default_workers
 from coalign.config import config_to_yaml, load_config
+from coalign.core import parallel
 from coalign.core.errors import RunError
 from coalign.core.parallel import Job, gpu_slots, launches, run_jobs
 from coalign.moat.bench import run_bench
@@ -67,10 +68,15 @@ def test_a_bench_defaults_to_a_job_per_gpu(gpus, monkeypatch):
 @pytest.mark.slow
 def test_jobs_side_by_side_run_on_different_gpus(gpus, monkeypatch, tmp_path):
     """Each worker process sets its CUDA_VISIBLE_DEVICES before its jobs start CUDA: two jobs running at once see
-    different GPUs of those visible (here indices 3 and 5 of the machine's)."""
+    different GPUs of those visible (here indices 3 and 5 of the machine's). Each trains in GPUs of its own, so
+    host memory they would not fit in side by side on a CPU does not keep them apart."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setattr(parallel, "machine_memory", lambda: 1 << 30)
     gpus(2)
-    jobs = [Job(f"g{i}", devices_beside_another, (tmp_path, f"g{i}"), tmp_path.parent / f"g{i}.log") for i in range(2)]
+    jobs = [
+        Job(f"g{i}", devices_beside_another, (tmp_path, f"g{i}"), tmp_path.parent / f"g{i}.log", memory_bytes=600 << 20)
+        for i in range(2)
+    ]
     assert sorted(run_jobs(jobs, workers=2, desc="gpus")) == ["3", "5"]
 
 
