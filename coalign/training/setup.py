@@ -90,10 +90,10 @@ def check_generation(config: RunConfig, trains: bool) -> None:
 # (docs/log/2026-12-06-smollm2.md), estimated 8.1; conservative elsewhere (a smol-pilotrl SFT job, 1 x 4,096, held
 # about 5 GB and is estimated at 9.7)
 LOGIT_COPIES = 8
-# the same for a GRPO step, from measured peaks: a smol-pilotrl GRPO job (1 x 3,072 tokens, its vLLM engine in the
-# process) reached 12.7-13.5 GB resident in the backward of TRL's log-probs (docs/log/2026-12-07-smol-pilotrl.md),
-# about 12 copies beside its training state and engine
-GRPO_LOGIT_COPIES = 14
+# the same for a GRPO step, from a measured peak: a smol-pilotrl PilotRL run (1 x 3,072 tokens, its vLLM engine in
+# the process) reached 19.6 GB resident at its high-water mark (VmHWM, in stage 2; docs/log/2026-12-07-smol-pilotrl.md),
+# about 24 copies beside its training state and engine
+GRPO_LOGIT_COPIES = 26
 
 
 def model_shape(name: str, config: RunConfig) -> dict | None:

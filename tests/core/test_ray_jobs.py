@@ -201,8 +201,8 @@ def test_the_ray_executor_without_ray_says_how_to_install_it(monkeypatch):
 
 
 def test_a_grpo_job_with_its_engine_is_estimated_above_its_measured_peak(monkeypatch):
-    """Two smol-pilotrl GRPO jobs (12.7-13.5 GB each, their vLLM engines in their processes) were killed side by side
-    on a 24 GiB machine; two of its SFT jobs (about 5 GB each) ran there side by side."""
+    """Two smol-pilotrl GRPO jobs (their vLLM engines in their processes) were killed side by side on a 24 GiB
+    machine, and one alone peaked at 19.6 GB; two of its SFT jobs (about 5 GB each) ran there side by side."""
     from coalign.config import load_config
     from coalign.models import vllm_engine
     from coalign.pilotrl import bench
@@ -212,7 +212,7 @@ def test_a_grpo_job_with_its_engine_is_estimated_above_its_measured_peak(monkeyp
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     config = load_config("smol-pilotrl")
     sft, grpo = (job_memory(bench.variant_config(config, variant, 0)) for variant in ("adaplan", "pilotrl"))
-    assert 2 * sft < 24 * 2**30 < 2 * grpo and grpo > 13.5e9
+    assert 2 * sft < 24 * 2**30 < 2 * grpo and grpo > 19.6e9
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "6")  # the engine's cache, as the engine will be given it
     assert job_memory(bench.variant_config(config, "pilotrl", 0)) == grpo + 4 * 2**30
     monkeypatch.setattr(vllm_engine, "on_cpu", lambda: False)  # on a GPU the engine holds GPU memory
