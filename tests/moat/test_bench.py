@@ -27,7 +27,15 @@ from coalign.moat.report import (
 )
 from coalign.pilotrl.bench import variant_weight
 from coalign.reports.stats import fmt, t_bars, t_critical, t_two_sided_p
-from tests.jobs import boom, boom_once_started, echo, killed_once_started, sleep_after_writing_pid, timed
+from tests.jobs import (
+    boom,
+    boom_once_started,
+    devices_beside_another,
+    echo,
+    killed_once_started,
+    sleep_after_writing_pid,
+    timed,
+)
 from tests.moat.test_moat import MOAT
 
 BENCH = {**MOAT, "name": "bench-test"}
@@ -335,8 +343,12 @@ def test_jobs_that_do_not_fit_in_memory_side_by_side_run_one_after_the_other_her
     assert (
         "memory (2 processes): m1 waits for memory (it needs 0.6 GiB; running jobs hold 0.6 of this " in out.getvalue()
     )
-    (start0, end0), (start1, end1) = spans(400 << 20, None)  # they fit; None asks for nothing
-    assert start1 < end0 and start0 < end1
+    (tmp_path / "fit").mkdir()  # these fit (None asks for nothing): each returns once the other runs beside it
+    jobs = [
+        Job(f"f{i}", devices_beside_another, (tmp_path / "fit", f"f{i}"), memory_bytes=m)
+        for i, m in enumerate([400 << 20, None])
+    ]
+    assert len(run_jobs(jobs, workers=2, desc="memory")) == 2
     (start0, end0), (start1, end1) = spans(2 << 30, None)  # larger than the machine: it runs, alone
     assert end0 <= start1
 
