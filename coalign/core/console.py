@@ -113,8 +113,8 @@ class LineProgress:
         return None
 
     def add_task(self, description: str, total: float | None = None) -> int:
-        self.tasks.append({"description": description, "total": total, "completed": 0, "started": time.monotonic()})
-        self.tasks[-1]["shown"] = self.tasks[-1]["started"]
+        now = time.monotonic()
+        self.tasks.append({"description": description, "total": total, "completed": 0, "started": now, "shown": now})
         return len(self.tasks) - 1
 
     def advance(self, task: int, advance: float = 1) -> None:
