@@ -84,6 +84,13 @@ class TextEnv(ABC):
         each naming its action so that `plan_action` reads it back."""
         raise NotImplementedError(f"{type(self).__name__} has no expert solver")
 
+    def to_go(self) -> float:
+        """How far the task is from done, by this environment's own measure (0 once it succeeded): the plan
+        judge credits a plan with the share of it that following the plan removes (`pilotrl.expert`). By
+        default the expert's remaining steps; an environment whose expert plans on a hypothesis, or whose
+        expert's step count says little (Wordle), measures it from the state itself, as a judge may."""
+        return 0.0 if self.success else float(len(self.expert_plan()))
+
     def plan_action(self, step: str) -> str | None:
         """The action a plan step (text) names, or None for a step that names none (an abstract step such
         as "guess a word that fits the feedback"). Used to check a plan's executability and adherence."""

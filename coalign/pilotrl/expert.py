@@ -6,11 +6,13 @@ correctness, executability and standard format. Here the candidates come from th
 expert solver (its plan, and variants of it with a step dropped, two steps swapped, a step repeated or
 two steps merged into one line) and, when configured, from an LLM over an OpenAI-compatible endpoint
 (`LLMPlans`; its replies are untrusted text, only ever scored), and each is scored by rule, 1-5 on each criterion
-(`plan_quality`): correct = following the plan on a copy of the environment succeeds (a step that
-names no action is sent as it stands, and the environment answers it as the invalid action it is: a
-plan of filler lines is not correct, however many steps it has; the one exception is a step that the
-environment's own plans write to leave the choice to the one acting, `TextEnv.delegates`, where the
-expert chooses); executable = the share of steps that name an action the environment reads or that it
+(`plan_quality`): correct = 1 + 4 x the progress that following the plan on a copy of the environment makes
+toward the goal (`plan_progress`: 1 for a plan that succeeds, 0 for one that ends the task in failure, else the
+share of the environment's `to_go` it removes; so 5 for a plan that succeeds, 3 for one that gets half way;
+a step that names no action is sent as it stands, and the environment answers it as the invalid action it is:
+a plan of filler lines makes no progress, however many steps it has; the one exception is a step that the
+environment's own plans write to leave the choice to the one acting, `TextEnv.delegates`, where the expert
+chooses); executable = the share of steps that name an action the environment reads or that it
 delegates; standard = one short, non-empty step per line. PilotRL's stage-2 plan-quality reward scores
 with the same rules.
 """
@@ -59,25 +61,43 @@ def plan_quality(env: TextEnv, plan: Sequence[str]) -> PlanQuality:
     """Score a plan for the task `env` is at (1-5 each; a plan of no steps scores 1 everywhere)."""
     if not plan:
         return PlanQuality(1, 1, 1)
-    correct = 5 if follow_plan(env, plan) else 1
+    correct = 1 + round(4 * plan_progress(env, plan))
     named = sum(env.plan_action(step) is not None or env.delegates(step) for step in plan) / len(plan)
     standard = sum(bool(s.strip()) and "\n" not in s and len(s.split()) <= MAX_STEP_WORDS for s in plan) / len(plan)
     return PlanQuality(correct, 1 + round(4 * named), 1 + round(4 * standard))
 
 
 def follow_plan(env: TextEnv, plan: Sequence[str]) -> bool:
-    """Whether following `plan` from `env`'s current state succeeds, run on a copy: each step's named action,
-    the expert's where the environment delegates the step, or the step's own text for any other step that
-    names none. The plan alone: it fails if it ends too early."""
+    """Whether following `plan` from `env`'s current state succeeds, run on a copy (`followed`). The plan
+    alone: it fails if it ends too early."""
+    return followed(env, plan).success
+
+
+def plan_progress(env: TextEnv, plan: Sequence[str]) -> float:
+    """How far following `plan` from `env`'s state gets toward the goal, in [0, 1]: 1 when it succeeds, 0 when
+    the task ends in failure (a wrong answer, the tries or steps used up), else the share of the environment's
+    `to_go` that it removes (none where it adds to it)."""
+    trial = followed(env, plan)
+    if trial.success:
+        return 1.0
+    before = env.to_go()
+    if trial.done or before <= 0:
+        return 0.0
+    return max(0.0, 1.0 - trial.to_go() / before)
+
+
+def followed(env: TextEnv, plan: Sequence[str]) -> TextEnv:
+    """A copy of `env` after following `plan` until the task ends: each step's named action, the expert's where
+    the environment delegates the step, or the step's own text for any other step that names none."""
     trial = copy.deepcopy(env)
     for step in plan:
         if trial.done:
-            return trial.success
+            break
         action = trial.plan_action(step)
         if action is None:
             action = trial.expert_action() if trial.delegates(step) else step
         trial.step(action)
-    return trial.success
+    return trial
 
 
 def candidate_plans(plan: Sequence[str], rng: random.Random, n: int = 4) -> list[list[str]]:

@@ -28,7 +28,7 @@ NAMES = {
     "order_213": "2->1->3",
     "isolated": "isolated planner + executor",
 }
-PLAN_MEASURES = ("plan_correct",)  # measured on AdaPlan runs only: ReAct writes no plan
+PLAN_MEASURES = ("plan_correct", "plan_progress")  # measured on AdaPlan runs only: ReAct writes no plan
 # (variant, baseline) pairs compared per seed when both ran: the paper's claims, then its ablations
 ABLATIONS = ("order_all", "order_23", "order_13", "order_12", "order_213", "isolated")
 PAIRS = [("adaplan", "react"), ("pilotrl", "adaplan"), ("vanilla_rl", "react"), ("pilotrl", "vanilla_rl"),
@@ -195,6 +195,9 @@ def report_markdown(results: dict, curves: str = "") -> str:
             "First plans that solve their task when followed step by step on their own (%, AdaPlan: the plan "
             "quality's correctness; the planner's half of the episode, whatever the executor then did):",
             success_table(results, "plan_correct"),
+            "How far first plans get toward their goal followed on their own (%, the plan quality's graded "
+            "correctness: 1 + 4 x this share):",
+            success_table(results, "plan_progress"),
         ]
     pairs = [pair for pair in PAIRS if set(pair) <= set(results["runs"])]
     if pairs:

@@ -13,7 +13,14 @@ from coalign.formats.adaplan import format_turn, parse_turn, plan_due, update_pl
 from coalign.formats.lumos import FormatError, lumos_chat
 from coalign.formats.lumos_iterative import chat_prompt
 from coalign.models.turns import encode, segments
-from coalign.pilotrl.expert import candidate_plans, expert_conversation, follow_plan, plan_quality, select_plan
+from coalign.pilotrl.expert import (
+    candidate_plans,
+    expert_conversation,
+    follow_plan,
+    plan_progress,
+    plan_quality,
+    select_plan,
+)
 from coalign.pilotrl.runtime import run_episodes
 from tests.toy_env import ScriptedModel, ToyEnv, expert_conversation_unregistered, toy_tokenizer
 
@@ -155,7 +162,11 @@ def test_plan_quality_scores_and_selection():
     env.reset(2)
     good = env.expert_plan()
     assert plan_quality(env, good).total == 15 and follow_plan(env, good)
-    assert plan_quality(env, good[1:]).correctness == 1  # a dropped step leaves the door unreached
+    assert plan_quality(env, good[1:]).correctness == 3  # a dropped step: half way (position 2 of 3, door shut)
+    assert plan_progress(env, good[:1]) == 0.25 and plan_progress(env, good[1:]) == 0.5
+    assert plan_progress(env, ["dance"] * 3) == 0.0 and plan_quality(env, ["dance"] * 3).correctness == 1
+    assert plan_progress(env, ["dance"] * 8) == 0.0 == plan_progress(env, [*good[:3], *["dance"] * 5])  # step limit
+    assert env.steps_taken == 0 and env.to_go() == 4  # judged on copies
     assert plan_quality(env, ["dance"] * 4).executability == 1
     assert plan_quality(env, []).total == 3
     assert select_plan(env, [good[1:], ["x " * 30], good]) == good

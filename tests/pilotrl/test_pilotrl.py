@@ -110,6 +110,7 @@ def test_summaries_average_each_measure():
         "well_formed": 75.0,
         "stops": {"success": 1, "limit": 1},
         "plan_correct": None,
+        "plan_progress": None,
     }  # no AdaPlan episode: no plan to judge
     assert summarise([{**rows[1], "turns": []}])["well_formed"] == 0.0
 

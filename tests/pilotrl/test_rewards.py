@@ -224,12 +224,13 @@ def test_end_to_end_efficient_redundant_and_failed(household, failing):
 
 
 @pytest.mark.parametrize("name", ["household", "crafting", "maze", "wordle", "iqa_look"])
-def test_the_expert_plan_scores_the_maximum_and_a_dropped_step_less(name):
+def test_the_expert_plan_scores_the_maximum_and_a_dropped_step_less(name: str) -> None:
     record = play(name, 0, expert())
     assert plan_score(record) == 1.0
     plan = record["turns"][0]["plan"]
     dropped = {**record, "turns": [{**record["turns"][0], "plan": plan[:1] + plan[2:]}]}
-    assert plan_score(dropped) == pytest.approx(8 / 12)  # fails (correctness 1), executable and standard (5, 5)
+    # executable and standard (5, 5), its correctness graded by how far it gets: 1 for none of the way, not 5
+    assert 8 / 12 <= plan_score(dropped) < 1.0
 
 
 @pytest.mark.parametrize("name", ["household", "crafting", "maze", "wordle"])
