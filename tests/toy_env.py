@@ -88,7 +88,8 @@ class ScriptedModel:
         target = int(re.search(r"door at position (\d+)", prompt)[1])
         position = int(re.findall(r"You are at position (\d+)", prompt)[-1])
         steps = [f"step forward to reach position {p}" for p in range(position + 1, target + 1)] + ["open door"]
-        turn = prompt.count("Observation:")
+        done = re.search(r"Your plan \(steps? (?:1-)?(\d+) done\)", prompt)  # a bounded context says so
+        turn = int(done[1]) if done else prompt.count("Observation:")
         plan = [f"rewritten at turn {turn}"] * 5 if self.bogus_plan else steps
         due = "Rewrite" in prompt.rsplit("<|user|>", 1)[-1] or "<|assistant|>" not in prompt.rstrip()[:-15]
         action = "step forward" if position < target else "open door"

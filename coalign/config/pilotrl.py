@@ -89,6 +89,8 @@ class PilotRLSettings(Settings):
     Training tasks are seeds 0..train_tasks-1 of each held-in environment, evaluation tasks seeds from
     `eval_seed` on (the same for every run seed, so runs compare on one set)."""
 
+    new_keys = ("history",)
+
     model: str = Field("tiny", description="`tiny` (made from scratch here, `models.tiny`) or any HF causal LM")
     heldin: list[str] = Field(["household", "crafting", "wordle", "iqa"], description="coalign.envs.REGISTRY names")
     heldout: list[str] = ["babyai", "maze"]
@@ -107,6 +109,14 @@ class PilotRLSettings(Settings):
     )
     max_new_tokens: int = Field(160, ge=1, description="per model turn")
     max_context: int = Field(2048, ge=64, description="an episode whose context would pass this stops")
+    history: int | None = Field(
+        None,
+        ge=0,
+        description="a bounded context, as the authors' executor prompt: each turn after the first sees the task, "
+        "the plan so far, the last action with its observation and this many turns before it, in the SFT episodes "
+        "and the evaluation (0: the authors'); null: the whole episode. GRPO's rollouts train on the whole "
+        "episode as one sequence, so a config with `rl` needs null",
+    )
     batch_size: int = Field(32, ge=1)
     plan_llm: dict = Field(
         {},
@@ -127,6 +137,12 @@ class PilotRLSettings(Settings):
             if other:
                 mode = stages[other[0]]
                 raise ValueError(f"GRPO stage {other[0]!r} runs {mode} episodes, not pilotrl.mode {self.mode}")
+        if self.rl and self.history is not None:
+            raise ValueError(
+                f"pilotrl.history {self.history}: GRPO's rollouts train each episode as one sequence, the whole "
+                "episode as context; a bounded context would train on contexts the model never saw. Set "
+                "pilotrl.history: null (the whole episode) with pilotrl.rl"
+            )
         used = self.train_tasks + (self.rl.tasks if self.rl else 0)
         if used > self.eval_seed:
             raise ValueError(f"training seeds 0..{used - 1} would overlap evaluation seeds from {self.eval_seed}")

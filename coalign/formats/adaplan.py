@@ -15,6 +15,11 @@ Steps already executed are never written again: the runtime keeps them verbatim 
 `update_plan`), so the model cannot rewrite what it did into "what was planned all along". The block
 and the `Thought:`/`Action:` lines are the authors' release's formats; the update prompt is ours (the
 release has none). ReAct, the baseline, is the same conversation without plans.
+
+A bounded context (`window_message`, the authors' executor prompt) gives each turn after the first one user
+message instead of the whole episode: the task, the plan so far and how many of its steps are done, the last
+action and its observation (and optionally the `k` turns before it), and what to write. A turn's context then
+stays the same size however long the episode runs. `history=None` keeps the whole conversation.
 """
 
 from __future__ import annotations
@@ -122,14 +127,36 @@ def update_plan(plan: Sequence[str], executed: int, future: Sequence[str]) -> li
     return [*kept, *[""] * (executed - len(kept)), *future]
 
 
+def task_text(instructions: str, observation: str) -> str:
+    """The task as every turn's context states it: the environment's action syntax and its first observation
+    (which states the goal)."""
+    head = f"{instructions.strip()}\n" if instructions.strip() else ""
+    return f"{head}{observation.strip()}"
+
+
 def first_message(instructions: str, observation: str, mode: str) -> str:
-    """The task's opening user turn: the environment's action syntax, its first observation (which states
-    the goal) and what to write."""
+    """The task's opening user turn: the task (`task_text`) and what to write."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     ask = FIRST_ADAPLAN if mode == "adaplan" else FIRST_REACT
-    head = f"{instructions.strip()}\n" if instructions.strip() else ""
-    return f"{head}{observation.strip()}\n{ask}"
+    return f"{task_text(instructions, observation)}\n{ask}"
+
+
+def window_message(
+    task: str, plan: Sequence[str] | None, done: int, recent: Sequence[tuple[str, str]], update: bool
+) -> str:
+    """A turn's user message in a bounded context: the task (`task_text`), the plan so far (AdaPlan; None for
+    ReAct) and how many of its steps the `done` actions taken have carried out (`update_plan` keeps them), the
+    last actions as the environment read them, each with the observation it got (`recent`, oldest first), and
+    what to write."""
+    parts = [task.strip()]
+    if plan is not None:
+        head = f"Your plan (steps 1-{done} done):" if done > 1 else "Your plan (step 1 done):" if done else "Your plan:"
+        parts += [head, *(f"Step {i}: {step or '-'}" for i, step in enumerate(plan, 1))] if plan else []
+    for action, observation in recent:
+        parts += [f"Action: {clean_action(action)}", f"Observation: {observation.strip()}"]
+    parts.append(UPDATE if update else NEXT)
+    return "\n".join(parts)
 
 
 def observation_message(observation: str, update: bool) -> str:

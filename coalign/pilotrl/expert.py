@@ -33,6 +33,9 @@ from coalign.formats.adaplan import (
     observation_message,
     parse_turn,
     plan_due,
+    task_text,
+    update_plan,
+    window_message,
 )
 from coalign.models.endpoint import CallError, Complete
 
@@ -163,8 +166,19 @@ def select_plan(env: TextEnv, candidates: Sequence[Sequence[str]]) -> list[str]:
 def expert_conversation(
     name: str, seed: int, mode: str, every: int = 1, llm: LLMPlans | None = None
 ) -> list[dict[str, str]]:
-    """The expert's episode on task (`name`, `seed`) as a conversation ending with its last action (its
-    first plan chosen among the expert's candidates and, with `llm`, an LLM's).
+    """The expert's episode on task (`name`, `seed`) as one conversation ending with its last action
+    (`expert_conversations` with the whole episode as the context)."""
+    (messages,) = expert_conversations(name, seed, mode, every, llm)
+    return messages
+
+
+def expert_conversations(
+    name: str, seed: int, mode: str, every: int = 1, llm: LLMPlans | None = None, history: int | None = None
+) -> list[list[dict[str, str]]]:
+    """The expert's episode on task (`name`, `seed`) as the conversations a model trains on: the whole episode
+    as one (`history` None), or with a bounded context one per turn, each turn's context as the runtime gives
+    it (`formats.adaplan.window_message`, `history` turns before the last one) and the turn. Its first plan is
+    chosen among the expert's candidates and, with `llm`, an LLM's.
 
     AdaPlan: the selected plan first; after each `every` steps the remaining steps of the expert's plan
     from the state reached (steps done stay as they were, Eq. 1). The thought is the plan step being
@@ -173,28 +187,42 @@ def expert_conversation(
     update, the expert's current step instead. ReAct: the same thoughts and actions, no plan."""
     env = make_env(name)
     observation = env.reset(seed)
+    task = task_text(env.instructions, observation)
     # a hypothesis plan (`expert_revises`) fails as written whenever the hypothesis does, so the rule judge
     # cannot rank noisy variants of it (a shorter broken one would win): the expert's own plan stands
     own = [env.expert_plan()] if env.expert_revises else candidate_plans(env.expert_plan(), random.Random(seed))
     candidates = own + (llm(env, observation) if llm else [])
-    plan = select_plan(env, candidates)
-    messages = [{"role": "user", "content": first_message(env.instructions, observation, mode)}]
+    chosen = select_plan(env, candidates)
+    plan: list[str] = []  # the plan so far, as the runtime keeps it
+    user = first_message(env.instructions, observation, mode)
+    messages: list[dict[str, str]] = []
+    turns: list[list[dict[str, str]]] = []
+    recent: list[tuple[str, str]] = []
     while not env.done:
         t = env.steps_taken
         due = plan_due(mode, t, every)
-        if due and t:
-            plan = [*plan[:t], *env.expert_plan()]
-        thought = plan[t] if t < len(plan) else env.expert_plan()[0]
+        if t == 0:
+            future = chosen if due else None
+        else:
+            future = env.expert_plan() if due else None
+        shown = update_plan(plan, t, future) if future is not None else plan
+        thought = shown[t] if t < len(shown) else env.expert_plan()[0]
         if env.expert_revises and env.plan_action(thought) not in (None, env.expert_action()):
             thought = env.expert_plan()[0]  # a hypothesis refuted since the plan's last update
         named = env.plan_action(thought)
         action = named if named is not None else env.expert_action()
-        future = plan[t:] if due else None
-        messages.append({"role": "assistant", "content": format_turn(thought, action, future, first=t + 1)})
+        reply = {"role": "assistant", "content": format_turn(thought, action, future, first=t + 1)}
+        messages += [{"role": "user", "content": user}, reply]
+        turns.append([{"role": "user", "content": user}, reply])
+        plan = shown
         step = env.step(action)
         if not env.done:
             update = plan_due(mode, env.steps_taken, every)
-            messages.append({"role": "user", "content": observation_message(step.observation, update)})
+            if history is None:
+                user = observation_message(step.observation, update)
+            else:
+                recent = [*recent, (action, step.observation)][-(history + 1) :]
+                user = window_message(task, plan if mode == "adaplan" else None, env.steps_taken, recent, update)
     if not env.success:
         raise RuntimeError(f"the {name} expert failed on seed {seed}: its environment or solver has a bug")
-    return messages
+    return [messages] if history is None else turns

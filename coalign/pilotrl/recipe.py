@@ -31,7 +31,7 @@ from coalign.models.bases import starting_point
 from coalign.models.endpoint import OpenAIChat
 from coalign.models.load import adapter_base, is_adapter, load_tokenizer, longest_in_tokens, make_tiny_model
 from coalign.pilotrl.curriculum import STAGES, grpo_stages, stage_folder
-from coalign.pilotrl.expert import LLMPlans, expert_conversation
+from coalign.pilotrl.expert import LLMPlans, expert_conversations
 from coalign.pilotrl.metrics import eval_metrics
 from coalign.pilotrl.runtime import expert_guide, model_planner, run_episodes
 from coalign.training.setup import inference_bf16, prepare_run, removed_if_failed, training_dependencies
@@ -76,6 +76,8 @@ def cold_start(run: Run, config: RunConfig, console: Console, init: str | None) 
 
     keys = ("heldin", "mode", "train_tasks", "train_update_every", "plan_llm")
     wanted = {key: getattr(settings, key) for key in keys}
+    if settings.history is not None:  # run folders from before bounded contexts recorded no history
+        wanted["history"] = settings.history
     run.stage("expert_episodes", expert_episodes, [episodes], depends_on={**wanted, "seed": config.seed})
     conversations = [row["messages"] for _, row in read_jsonl(episodes)]
     if init is None:
@@ -176,6 +178,7 @@ def evaluate(
         episodes = run_episodes(
             agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
             settings.max_context, len(tasks) if writer else settings.batch_size, desc=name, guide=guide, writer=writer,
+            history=settings.history,
         )  # fmt: skip
         rows = [e.to_json() for e in episodes]
         write_jsonl(run.path(name, "episodes.jsonl"), rows)
@@ -236,15 +239,18 @@ def stages_of(checkpoint: str, config: RunConfig) -> list[str] | None:
 
 
 def training_episodes(settings: PilotRLSettings, seed: int, llm: LLMPlans | None = None) -> list[dict]:
-    """The expert's episodes on seeds 0..train_tasks-1 of each held-in environment, in the run's format;
-    each episode's plan-update interval drawn from `train_update_every` (by run seed, env and task); first
-    plans chosen among the expert's candidates and, with `llm`, an LLM's."""
+    """The expert's episodes on seeds 0..train_tasks-1 of each held-in environment, in the run's format: one
+    conversation an episode, or with a bounded context (`history`) one a turn (`turn` counts them); each
+    episode's plan-update interval drawn from `train_update_every` (by run seed, env and task); first plans
+    chosen among the expert's candidates and, with `llm`, an LLM's."""
     rows = []
     for name in settings.heldin:
         for task in range(settings.train_tasks):
             every = random.Random(f"{seed}/{name}/{task}").choice(settings.train_update_every)
-            messages = expert_conversation(name, task, settings.mode, every, llm)
-            rows.append({"env": name, "seed": task, "every": every, "messages": messages})
+            conversations = expert_conversations(name, task, settings.mode, every, llm, settings.history)
+            for turn, messages in enumerate(conversations):
+                row = {"env": name, "seed": task, "every": every, "messages": messages}
+                rows.append(row if settings.history is None else {**row, "turn": turn})
     return rows
 
 
@@ -267,5 +273,6 @@ def eval_dependencies(settings: PilotRLSettings) -> dict:
     """What an evaluation's episodes depend on besides the checkpoints and the plan-update interval (in the
     stage's name): the environments, the tasks and the budgets."""
     return settings.model_dump(
-        mode="json", include={"heldin", "heldout", "mode", "eval_tasks", "eval_seed", "max_new_tokens", "max_context"}
-    )
+        mode="json",
+        include={"heldin", "heldout", "mode", "eval_tasks", "eval_seed", "max_new_tokens", "max_context", "history"},
+    )  # `history` only where set: a run folder from before it still matches

@@ -10,6 +10,10 @@ stage 1: the expert's plan block; isolated planner and executor: a planner model
 `executor` the model writes only its plan blocks and a second model the rest of each turn; what others
 write is context, mask 0. ReAct is the same loop with no plan. An episode ends on the environment's done
 (success, failure, its step limit), or when its context would not fit another turn (`max_context`).
+
+With a bounded context (`history` k, not None) each turn after the first sees one user message instead of the
+episode so far (`formats.adaplan.window_message`: the task, the plan so far, the last k + 1 actions with their
+observations): the ids then hold that turn's context alone, and a long episode no longer runs out of context.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from coalign.formats.adaplan import (
     observation_message,
     parse_turn,
     plan_due,
+    task_text,
     update_plan,
+    window_message,
 )
 from coalign.models.load import as_text
 from coalign.models.turn_writers import TurnWriter, generate_turns, hf_turns
@@ -53,6 +59,9 @@ class Episode:
     generated_tokens: int = 0
     stop: str | None = None
     turn_end: int = 0  # ids[:turn_end] end on the last turn taken (the model's part and an executor's rest)
+    history: int | None = None  # a bounded context: the turns shown before the last one (None: the whole episode)
+    task: str = ""  # the task as a bounded context states it
+    recent: list[tuple[str, str]] = field(default_factory=list)  # a bounded context's last actions, observations
 
     @property
     def running(self) -> bool:
@@ -74,13 +83,21 @@ class Episode:
         }
 
 
-def start_episode(tokenizer, name: str, seed: int, mode: str) -> Episode:
+def start_episode(tokenizer, name: str, seed: int, mode: str, history: int | None = None) -> Episode:
     env = make_env(name)
     observation = env.reset(seed)
-    messages = [{"role": "user", "content": first_message(env.instructions, observation, mode)}]
-    (segment,) = segments(tokenizer, messages)
+    episode = Episode(name, seed, env, mode, [], [], [], [], history=history)
+    episode.task = task_text(env.instructions, observation)
+    _open_context(tokenizer, episode, first_message(env.instructions, observation, mode))
+    return episode
+
+
+def _open_context(tokenizer, episode: Episode, text: str) -> None:
+    """Start the episode's context anew with the user turn `text`: the first turn's, or a bounded context's."""
+    episode.messages = [{"role": "user", "content": text}]
+    (segment,) = segments(tokenizer, episode.messages)
     ids = encode_segment(tokenizer, segment.text, first=True)
-    return Episode(name, seed, env, mode, messages, ids, [0] * len(ids), [0] * len(ids), len(ids))
+    episode.ids, episode.mask, episode.plan_mask, episode.prompt_length = ids, [0] * len(ids), [0] * len(ids), len(ids)
 
 
 def _append_context(episode: Episode, piece: list[int]) -> None:
@@ -191,8 +208,13 @@ def take_turn(
         episode.stop = "success" if env.success else ("step limit" if env.steps_taken >= env.max_steps else "failed")
         return
     update = plan_due(episode.mode, env.steps_taken, every)
-    finished = bool(last) and last[-1] == tokenizer.eos_token_id
-    _append_observation(tokenizer, episode, finished, observation_message(step.observation, update))
+    if episode.history is None:
+        finished = bool(last) and last[-1] == tokenizer.eos_token_id
+        _append_observation(tokenizer, episode, finished, observation_message(step.observation, update))
+    else:
+        episode.recent = [*episode.recent, (turn.action, step.observation)][-(episode.history + 1) :]
+        plan = episode.plan if episode.mode == "adaplan" else None
+        _open_context(tokenizer, episode, window_message(episode.task, plan, env.steps_taken, episode.recent, update))
     if len(episode.ids) + room > max_context:
         episode.stop = "context"
 
@@ -213,10 +235,12 @@ def run_episodes(
     guide: Guide | None = None,
     executor=None,
     writer: TurnWriter | None = None,
+    history: int | None = None,
 ) -> list[Episode]:
     """Run the model as an AdaPlan (mode "adaplan", plan updated every `every` steps) or ReAct agent on
     each (environment, seed) task; episodes are batched per turn, longest contexts apart from shortest.
-    `guide` (`expert_guide`, `model_planner`) writes the opening of each turn, as context. With `executor`
+    `guide` (`expert_guide`, `model_planner`) writes the opening of each turn, as context. `history`: a
+    bounded context showing that many turns before the last one (None: the whole episode). With `executor`
     (a second model, isolated planner and executor) the model writes only the plan blocks and the executor
     the rest of each turn, as context. `writer` writes the model's turns in place of its `generate`.
 
@@ -224,7 +248,7 @@ def run_episodes(
     make, are shared among the ranks (`ranks.share`) and every rank applies every turn, so all ranks hold the
     episodes one process would. Sampled episodes are GRPO rollouts, whose prompts the trainer already split."""
     writer = writer or hf_turns(model, tokenizer)
-    episodes = [start_episode(tokenizer, name, seed, mode) for name, seed in tasks]
+    episodes = [start_episode(tokenizer, name, seed, mode, history) for name, seed in tasks]
     need = turn_room(max_new_tokens, executor is not None)
     for episode in episodes:
         if len(episode.ids) + need > max_context:

@@ -237,3 +237,18 @@ def test_grpo_stages_come_from_the_curriculum(tmp_path):
         "episodes, not pilotrl.mode adaplan"
     )
     assert load_config(path, {"pilotrl": {"mode": "react"}}).pilotrl.rl.order == ["vanilla"]
+
+
+def test_a_bounded_pilotrl_context_is_read_and_refused_beside_grpo_stages():
+    """`pilotrl.history` bounds SFT episodes and evaluation; GRPO's rollouts train whole episodes as one
+    sequence, so the two together are refused with what to set."""
+    from coalign.config import GRPOSettings, PilotRLSettings
+    from coalign.pilotrl.recipe import training_episodes
+
+    settings = PilotRLSettings(history=0, heldin=["crafting"], train_tasks=2)
+    rows = training_episodes(settings, seed=0)
+    assert [r["turn"] for r in rows if r["seed"] == 0] == list(range(sum(r["seed"] == 0 for r in rows)))
+    assert all(len(r["messages"]) == 2 for r in rows) and len(rows) > 2
+    assert "history" not in PilotRLSettings().model_dump()  # run folders from before it still match
+    with pytest.raises(ValueError, match="pilotrl.history: null"):
+        PilotRLSettings(history=1, rl=GRPOSettings())

@@ -9,13 +9,15 @@ import re
 import pytest
 
 from coalign import envs
-from coalign.formats.adaplan import format_turn, parse_turn, plan_due, update_plan
+from coalign.formats.adaplan import NEXT, UPDATE, format_turn, parse_turn, plan_due, update_plan, window_message
 from coalign.formats.lumos import FormatError, lumos_chat
 from coalign.formats.lumos_iterative import chat_prompt
+from coalign.models.turn_writers import hf_turns
 from coalign.models.turns import encode, segments
 from coalign.pilotrl.expert import (
     candidate_plans,
     expert_conversation,
+    expert_conversations,
     follow_plan,
     plan_progress,
     plan_quality,
@@ -197,6 +199,45 @@ def test_only_the_exact_abstract_step_is_delegated(step):
     assert env.delegates("  Guess a word that FITS the feedback. ") and not env.delegates(step)
     assert not envs.make_env("household").delegates("guess a word that fits the feedback")
     assert not follow_plan(env, [env.expert_plan()[0], *[step] * 5])  # an undelegated filler step fails
+
+
+def test_a_bounded_context_shows_the_task_the_plan_and_the_last_turns_only():
+    whole = expert_conversation("toy", 2, "adaplan")
+    bounded = expert_conversations("toy", 2, "adaplan", history=0)
+    assert [c[1] for c in bounded] == [m for m in whole if m["role"] == "assistant"]  # the same turns
+    assert bounded[0][0] == whole[0] and all(len(c) == 2 for c in bounded)
+    third = bounded[2][0]["content"]  # after two actions
+    assert third.startswith(whole[0]["content"].rsplit("\n", 1)[0])  # the task as the first turn stated it
+    assert "Your plan (steps 1-2 done):\nStep 1: step forward to reach position 1" in third
+    assert "Step 4: open door to finish" in third
+    assert third.endswith("Action: step forward\nObservation: You are at position 2.\n" + UPDATE)
+    assert "position 1." not in third.split("Step 4")[1]  # the observation before the last one is gone
+    assert (
+        "Observation: You are at position 1." in expert_conversations("toy", 2, "adaplan", history=1)[2][0]["content"]
+    )
+    react = expert_conversations("toy", 2, "react", history=0)
+    assert "Your plan" not in react[2][0]["content"] and [c[1] for c in react][0]["content"].startswith("Thought:")
+    assert window_message("Task.", [], 0, [], False) == f"Task.\n{NEXT}"  # no plan written: none shown
+    assert "Action: go\nObservation" in window_message("Task.", None, 1, [("go\nrm -rf /", "ok")], True)
+
+
+def test_the_runtime_gives_a_bounded_context_exactly_as_the_sft_episodes_show_it(tokenizer):
+    """The contexts the model is given at evaluation are the SFT prompts of the expert's own episode, turn for
+    turn, and stay bounded however long the episode runs."""
+    contexts = []
+    writer = hf_turns(ScriptedModel(tokenizer), tokenizer)
+
+    def recording(batch, *args):
+        contexts.extend(tokenizer.decode(ids) for ids in batch)
+        return writer(batch, *args)
+
+    (episode,) = run_episodes(ScriptedModel(tokenizer), tokenizer, [("toy", 2)], "adaplan", progress=False,
+                              writer=recording, history=0)  # fmt: skip
+    assert episode.env.success and episode.stop == "success" and len(contexts) == 4
+    for context, (user, _) in zip(contexts, expert_conversations("toy", 2, "adaplan", history=0), strict=True):
+        expected = user["content"].replace("open door to finish", "open door")  # the scripted model's words
+        assert context == f"<|user|>\n{expected}\n<|assistant|>\n"
+    assert len({len(c) for c in contexts[2:]}) == 1  # no longer after three turns than after two
 
 
 # ------------------------------------------------------------------ runtime
