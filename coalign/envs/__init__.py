@@ -26,8 +26,8 @@ REGISTRY: dict[str, str] = {
     "iqa": "coalign.envs.iqa:IQAEnv",
     "babyai": "coalign.envs.babyai:BabyAIEnv",
     "maze": "coalign.envs.maze:MazeEnv",
-    "household_search": "coalign.envs.household:SearchingHouseholdEnv",  # household, its expert not omniscient
-    "iqa_look": "coalign.envs.iqa:LookingIQAEnv",  # iqa, its expert answering only after looking
+    "household_oracle": "coalign.envs.household:OracleHouseholdEnv",  # household, its expert omniscient (ablations)
+    "iqa_oracle": "coalign.envs.iqa:OracleIQAEnv",  # iqa, its expert stating the answer before looking (ablations)
     "alfworld": "coalign.envs.alfworld:AlfworldEnv",  # optional: the real ALFWorld, its extra and game files
 }
 HELDIN = ("household", "crafting", "wordle", "iqa")  # bundled environments only, never an optional one

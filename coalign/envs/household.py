@@ -5,19 +5,30 @@ ALFWorld's game files (`coalign.envs.alfworld` wraps the real game for users who
 task types are ALFWorld's; actions are ALFWorld's commands; an invalid, impossible or malformed
 action is answered "Nothing happened." Observations are short on purpose: tiny models read them.
 
-Plan steps (`expert_plan`) each begin with the exact action, then an optional purpose:
-"go to countertop 1 to find the apple", "open fridge 1 to put the apple 1 in",
-"take apple 1 from countertop 1", "clean apple 1 with sinkbasin 1", "put apple 1 in fridge 1",
-"use desklamp 1 to look at the book 1". `plan_action` reads the action at the start of a step
-(after an optional "Step 3:", "3.", "-" or "Action:"), and returns it in canonical form.
+The expert (`household`) knows only what the agent has observed: the receptacles (listed in the first
+observation), the goal, and what each observation since has shown in them (`HouseholdEnv.seen`,
+`searched`, `lamp_seen`). While the object is unseen its plan is a hypothesis: it lies in the next receptacle
+not yet searched (in the room's listed order, receptacles of the goal's kind last), and the steps that need
+it call it by its kind, since an unseen object has no number yet: "go to cabinet 1 to look for an apple",
+"take the apple", "heat the apple with microwave 1", "put the apple in countertop 1". Such steps name no
+action; `delegates` leaves them to the one acting. Once an observation shows the object the plan names it
+("take apple 1 from cabinet 2"); once one refutes the hypothesis, the plan searches the next receptacle.
+`household_oracle` is the omniscient expert, which reads where everything lies (ablations only).
+
+Other plan steps each begin with the exact action, then an optional purpose: "go to countertop 1 to find
+the apple", "open fridge 1 to put the apple 1 in", "take apple 1 from countertop 1", "clean apple 1 with
+sinkbasin 1", "put apple 1 in fridge 1", "use desklamp 1 to look at the book 1". `plan_action` reads the
+action at the start of a step (after an optional "Step 3:", "3.", "-" or "Action:"), and returns it in
+canonical form.
 """
 
 from __future__ import annotations
 
 import copy
 import random
+import re
 
-from coalign.envs.base import PlannedEnv
+from coalign.envs.base import PlannedEnv, plain_step
 from coalign.envs.text import match_action, step_text
 
 TASK_TYPES = (
@@ -122,10 +133,12 @@ def listing(names: list[str]) -> str:
 
 
 class HouseholdEnv(PlannedEnv):
-    """One room, one ALFWorld task per seed; `seed % 6` picks the task type, so types are balanced."""
+    """One room, one ALFWorld task per seed; `seed % 6` picks the task type, so types are balanced. Its expert
+    plans on what the agent has observed (module docstring); `optimal_steps` is that expert's step count."""
 
     name = "household"
     max_steps = 30
+    expert_revises = True
     invalid_reply = r"Nothing happened\."
     instructions = (
         "You are in a household. Act with one command per turn: go to X, open X, close X, take O from R, "
@@ -161,9 +174,16 @@ class HouseholdEnv(PlannedEnv):
         self.location: str | None = None
         self.lamp_on = False
 
+        self.seen: dict[str, str] = {}  # the belief: each object seen, where it was last seen (or put)
+        self.searched: set[str] = set()  # receptacles whose contents the agent has seen
+        self.lamp_seen: str | None = None  # where the agent has seen the desklamp
+
         self.goal = self._goal_text()
         self.steps_taken, self.success, self.done = 0, False, False
-        self.optimal_steps = len(self._plan())
+        trial = copy.deepcopy(self)
+        while not trial.done:
+            trial.step(trial.expert_action())
+        self.optimal_steps = trial.steps_taken
         return (
             "You are in the middle of a room. Looking quickly around you, you see "
             f"{listing(self.receptacles)}.\nYour task is to: {self.goal}"
@@ -188,9 +208,25 @@ class HouseholdEnv(PlannedEnv):
             return NOTHING
         verb, args = parsed
         observation = getattr(self, f"_do_{verb}")(*args)
+        self._observe(observation)
         if self._goal_met():
             self.success = self.done = True
         return observation
+
+    def _observe(self, observation: str) -> None:
+        """The belief updated from the text of `observation` alone: an object picked up or put down, and the
+        contents listed for the receptacle the agent is at (objects move only when the agent moves them)."""
+        if taken := re.match(r"You pick up the ([a-z]+ \d+) from", observation):
+            self.seen.pop(taken[1], None)
+        elif put := re.match(r"You put the ([a-z]+ \d+) (?:in|on) the ([a-z]+ \d+)\.", observation):
+            self.seen[put[1]] = put[2]
+        elif self.location is not None and (shown := re.search(r"you see (.*)\.$", observation)):
+            listed = set(re.findall(r"\b[a-z]+ \d+\b", shown[1]))
+            self.searched.add(self.location)
+            if LAMP in listed:
+                self.lamp_seen = self.location
+            self.seen = {o: r for o, r in self.seen.items() if r != self.location}
+            self.seen.update(dict.fromkeys(listed - {LAMP}, self.location))
 
     def _do_go(self, receptacle: str) -> str:
         if receptacle not in self.receptacles or receptacle == self.location:
@@ -300,24 +336,44 @@ class HouseholdEnv(PlannedEnv):
         parsed = self._parse(step_text(step), whole=False)
         return None if parsed is None else _canonical(*parsed)
 
-    def _planner(self) -> _Planner:
-        return _Planner(self)
+    def delegates(self, step: str) -> bool:
+        """A step the expert writes for an object not yet seen ("take the apple"): delegated while the expert's
+        own plan holds it (the one acting searches there as the expert does), and once the object has been
+        seen only where it reads as the expert's next action ("take the apple" for "take apple 1 from
+        cabinet 2"), so that a plan padded with such a step gets no more than the search done for it."""
+        if self.done or not self.goal:  # over, or no task yet
+            return False
+        wanted = plain_step(step)
+        unseen = [plain_step(s) for s in self.expert_plan() if self.plan_action(s) is None]
+        return wanted in unseen or wanted == plain_step(self._unnumbered(self.expert_action()))
+
+    def to_go(self) -> float:
+        """The omniscient solver's remaining steps from the true state: the expert's plan is a hypothesis."""
+        return 0.0 if self.success else float(len(self._solve(self._true_view())))
 
     def _plan(self) -> list[tuple[str, str]]:
-        """(action, plan step) pairs from the current state to success. Replanning after each of these
-        actions gives the rest of the same list, so the plan from the start is what the expert does (for
-        this expert, which reads where everything lies; see `SearchingHouseholdEnv` for one that does not)."""
-        if self.done:
-            return []
-        plan = self._planner()
+        return [] if self.done else self._solve(self._view())
+
+    def _view(self) -> _Planner:
+        """The expert's planner on the belief: objects where they were seen, the receptacles not yet searched
+        in the order to search them (the goal's kind last: the object is never there at the start)."""
+        unsearched = [r for r in self.receptacles if r not in self.searched]
+        unsearched.sort(key=lambda r: kind(r) == self.place)
+        return _Planner(self, self.seen, self.lamp_seen, unsearched)
+
+    def _true_view(self) -> _Planner:
+        return _Planner(self, self.where, self.lamp, [])
+
+    def _solve(self, plan: _Planner) -> list[tuple[str, str]]:
+        """(action, plan step) pairs from the current state to success on `plan`'s view of the room."""
         if self.task == "look_at_obj_in_light":
             plan.fetch(self.target)
-            plan.go(plan.lamp(), "where the desklamp is")
+            plan.go_to_lamp()
             if not self.lamp_on:
                 plan.add(f"use {LAMP}", f"to look at the {plan.holding}")
             return plan.steps
-        goal = self._goal_receptacle()
-        needed = (2 if self.task == "pick_two_obj_and_place" else 1) - self._placed(goal)
+        goal = plan.goal_receptacle()
+        needed = (2 if self.task == "pick_two_obj_and_place" else 1) - plan.placed(goal)
         for _ in range(needed):
             plan.fetch(self.target, counted=goal)
             obj = plan.holding
@@ -325,12 +381,24 @@ class HouseholdEnv(PlannedEnv):
                 appliance = APPLIANCE[self.task]
                 verb = VERB[kind(appliance)]
                 plan.go(appliance, f"to {verb} the {obj}")
-                plan.add(f"{verb} {obj} with {appliance}")
+                plan.add(f"{verb} {ref(obj)} with {appliance}")
             plan.go(goal, f"to place the {obj}")
             plan.open(goal, f"to put the {obj} in")
-            plan.add(f"put {obj} {prep(goal)} {goal}")
+            plan.add(f"put {ref(obj)} {prep(goal)} {goal}")
             plan.holding = None
         return plan.steps
+
+    def _unnumbered(self, action: str) -> str:
+        """How the expert words `action` had its object not been seen: "take apple 1 from cabinet 2" ->
+        "take the apple", "put apple 1 in fridge 1" -> "put the apple in fridge 1"."""
+        verb, args = self._parse(action, whole=True) or ("", ())
+        if verb == "take":
+            return f"take the {kind(args[0])}"
+        if verb == "apply":
+            return f"{args[0]} the {kind(args[1])} with {args[2]}"
+        if verb == "put":
+            return f"put the {kind(args[0])} {prep(args[2])} {args[2]}"
+        return action
 
     def _parse(self, text: str, whole: bool) -> tuple[str, tuple[str, ...]] | None:
         """(verb, arguments) of an action naming this room's things; `whole`: the text must be only the
@@ -346,14 +414,20 @@ class HouseholdEnv(PlannedEnv):
 
 
 class _Planner:
-    """The expert's plan built on a sketch of the state (where the agent is, what it holds, what is open)."""
+    """The expert's plan built on a view of the room (`where` objects lie, where the desklamp is, None: not
+    known, and the receptacles not yet searched, in the order to search them) and a sketch of the state (where
+    the agent is, what it holds, what is open). An object of the kind wanted that the view does not place is
+    looked for in the next receptacle not yet searched, and named by its kind from there on ("the apple"): such a
+    step's action is its own words, never acted on, as a step searching comes first and its observation revises
+    the plan. What state an object is in (`HouseholdEnv._qualifies`) only the agent's own actions change."""
 
-    def __init__(self, env: HouseholdEnv):
-        self.env = env
+    def __init__(self, env: HouseholdEnv, where: dict[str, str], lamp: str | None, unsearched: list[str]):
+        self.env, self.where, self.lamp, self.unsearched = env, where, lamp, unsearched
         self.location = env.location
         self.holding = env.holding
         self.opened = {r for r, is_open in env.is_open.items() if is_open}
         self.taken: set[str] = set()
+        self.guessed: set[str] = set()
         self.steps: list[tuple[str, str]] = []
 
     def add(self, action: str, purpose: str = "") -> None:
@@ -381,28 +455,44 @@ class _Planner:
         obj, receptacle, purpose = self.locate(target, counted)
         self.go(receptacle, purpose)
         self.open(receptacle, "to look inside")
-        self.add(f"take {obj} from {receptacle}")
+        self.add(f"take {obj} from {receptacle}" if obj != target else f"take {ref(obj)}")
         self.holding = obj
         self.taken.add(obj)
 
-    def candidates(self, where: dict[str, str], target: str, counted: str | None) -> list[str]:
-        """Objects of kind `target` in `where` not yet taken nor already counted in `counted`, in the wanted
-        state first, then by number."""
+    def locate(self, target: str, counted: str | None) -> tuple[str, str, str]:
+        """(object, receptacle, why go there): the best candidate the view places, where it lies; else the
+        object by its kind alone and the next receptacle to search (one not hypothesised for another object
+        unless none is left)."""
         env = self.env
         found = [
             o
-            for o, r in where.items()
+            for o, r in self.where.items()
             if kind(o) == target and o not in self.taken and not (r == counted and env._qualifies(o))
         ]
-        return sorted(found, key=lambda o: (not env._qualifies(o), _order(o)))
+        if found:
+            obj = min(found, key=lambda o: (not env._qualifies(o), _order(o)))  # in the wanted state first
+            return obj, self.where[obj], f"to find the {target}"
+        guess = next((r for r in self.unsearched if r not in self.guessed), self.unsearched[0])
+        self.guessed.add(guess)
+        return target, guess, f"to look for {article(target)}"
 
-    def locate(self, target: str, counted: str | None) -> tuple[str, str, str]:
-        """(object, receptacle, why go there): the best candidate, where it lies."""
-        obj = self.candidates(self.env.where, target, counted)[0]
-        return obj, self.env.where[obj], f"to find the {target}"
+    def go_to_lamp(self) -> None:
+        if self.lamp is not None:
+            self.go(self.lamp, "where the desklamp is")
+        else:  # a desklamp stands on the desk or the side table
+            self.go(next(r for r in BEDROOM if r in self.unsearched), "to look for the desklamp")
 
-    def lamp(self) -> str:
-        return self.env.lamp
+    def placed(self, receptacle: str) -> int:
+        return sum(1 for o, r in self.where.items() if r == receptacle and self.env._qualifies(o))
+
+    def goal_receptacle(self) -> str:
+        """The goal's receptacle of the named kind holding the most qualifying objects (the first on a tie)."""
+        return max((r for r in self.env.receptacles if kind(r) == self.env.place), key=self.placed)
+
+
+def ref(obj: str) -> str:
+    """An object as an action names it: "apple 1" as it is, one not yet seen by its kind ("the apple")."""
+    return obj if obj[-1].isdigit() else f"the {obj}"
 
 
 def _order(name: str) -> tuple[str, int]:
@@ -423,71 +513,13 @@ def _canonical(verb: str, args: tuple[str, ...]) -> str:
     return " ".join((verb, *args))
 
 
-class SearchingHouseholdEnv(HouseholdEnv):
-    """The same household, with an expert that knows only what the agent has seen.
+class OracleHouseholdEnv(HouseholdEnv):
+    """The same household with an omniscient expert, for ablations only: it walks straight to the object,
+    reading where it lies from the simulator, so its first plan names what no agent has seen, and replanning
+    after its own actions gives the rest of the same plan."""
 
-    `HouseholdEnv`'s expert walks straight to the object, reading where it lies from the simulator: its first
-    plan holds what no agent can know, and replanning never changes it, so AdaPlan episodes built on it never
-    show a plan revised after an observation. This expert keeps a belief instead: the contents of the
-    receptacles it has seen (objects move only when the agent moves them). While the object is unseen, its plan
-    is the hypothesis that it lies in the first receptacle not yet searched, in the room's listed order
-    (receptacles of the goal's kind last); the rest of the plan (take it, heat it, put it) is built on that
-    hypothesis. When an observation refutes it, the revised plan searches the next one. The desklamp, which
-    stands on the desk or the side table, is looked for on the first of them not yet seen. `optimal_steps` is
-    this expert's step count."""
+    name = "household_oracle"
+    expert_revises = False
 
-    name = "household_search"
-    expert_revises = True
-
-    def reset(self, seed: int | None = None) -> str:
-        self.searched: set[str] = set()
-        observation = super().reset(seed)
-        trial = copy.deepcopy(self)
-        while not trial.done:
-            trial.step(trial.expert_action())
-        self.optimal_steps = trial.steps_taken if trial.success else len(self._plan())
-        return observation
-
-    def _do_go(self, receptacle: str) -> str:
-        observation = super()._do_go(receptacle)
-        if self.location == receptacle and self._reachable(receptacle):
-            self.searched.add(receptacle)
-        return observation
-
-    def _do_open(self, receptacle: str) -> str:
-        observation = super()._do_open(receptacle)
-        if self.is_open.get(receptacle) and self.location == receptacle:
-            self.searched.add(receptacle)
-        return observation
-
-    def _planner(self) -> _Planner:
-        return _SearchingPlanner(self)
-
-
-class _SearchingPlanner(_Planner):
-    """`_Planner` on the agent's belief: objects where it has seen them, the rest hypothesised (see
-    `SearchingHouseholdEnv`)."""
-
-    def __init__(self, env: SearchingHouseholdEnv):
-        super().__init__(env)
-        self.known = {o: r for o, r in env.where.items() if r in env.searched}
-        self.guessed: set[str] = set()
-
-    def locate(self, target: str, counted: str | None) -> tuple[str, str, str]:
-        """A seen candidate where it was seen; else the next unsearched receptacle in the room's order (the
-        goal's kind last, one not hypothesised for another object unless none is left), with an object number
-        not yet taken."""
-        seen = self.candidates(self.known, target, counted)
-        if seen:
-            return seen[0], self.known[seen[0]], f"to find the {target}"
-        env = self.env
-        unsearched = sorted((r for r in env.receptacles if r not in env.searched), key=lambda r: kind(r) == env.place)
-        guess = next((r for r in unsearched if r not in self.guessed), unsearched[0])
-        self.guessed.add(guess)
-        numbers = {int(o.rsplit(" ", 1)[1]) for o in self.taken | set(self.known) if kind(o) == target}
-        obj = f"{target} {next(n for n in range(1, 100) if n not in numbers)}"
-        return obj, guess, f"to look for the {target}"
-
-    def lamp(self) -> str:
-        unseen = [r for r in BEDROOM if r not in self.env.searched]  # a desklamp stands on one of these
-        return self.env.lamp if self.env.lamp in self.env.searched or not unseen else unseen[0]
+    def _view(self) -> _Planner:
+        return self._true_view()

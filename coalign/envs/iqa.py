@@ -8,16 +8,25 @@ Answers alternate with the seed's parity, so they are balanced True/False.
 
 Observations: "You are at row 3, column 2, facing north. You see the fridge 1 (closed), 2 cells ahead."
 ("right in front of you" when adjacent, "a wall" when no fixture is in line; an open container or
-a surface adds "In it, you see ..." / "On it, you see ..."). Plan steps each begin with the exact
-action, then an optional purpose: "turn left on the way to the fridge 1", "move ahead on the way to
-the fridge 1", "open fridge 1 to look inside", "answer True: there is a mug in the fridge 1".
-`plan_action` reads the action at the start of a step (after an optional "Step 3:", "3.", "-" or
-"Action:").
+a surface adds "In it, you see ..." / "On it, you see ...").
+
+The expert (`iqa`) knows only what the agent has observed: the fixtures' places (the first observation), where
+it stands and faces, and the contents each observation has shown (`IQAEnv.seen`). Its plan walks to the
+subject and opens it; until an observation has shown the subject's contents, its last step names no answer
+("answer after looking: is there a mug in the fridge 1?", left to the one acting: `delegates`), and the plan
+revised after that observation states it ("answer True: there is a mug in the fridge 1"). `iqa_oracle`'s
+expert states the answer from the start, read from the simulator (ablations only).
+
+Plan steps each begin with the exact action, then an optional purpose: "turn left on the way to the
+fridge 1", "move ahead on the way to the fridge 1", "open fridge 1 to look inside", "answer True: there is a
+mug in the fridge 1". `plan_action` reads the action at the start of a step (after an optional "Step 3:",
+"3.", "-" or "Action:").
 """
 
 from __future__ import annotations
 
 import random
+import re
 from collections import deque
 
 from coalign.envs.base import PlannedEnv, plain_step
@@ -54,10 +63,12 @@ def listing(names: list[str]) -> str:
 
 
 class IQAEnv(PlannedEnv):
-    """A 4x4 kitchen with four fixtures along the walls, objects in and on them, one question per seed."""
+    """A 4x4 kitchen with four fixtures along the walls, objects in and on them, one question per seed. Its
+    expert answers from what the agent has seen (module docstring)."""
 
     name = "iqa"
     max_steps = 20
+    expert_revises = True
     invalid_reply = r"Nothing happened\."
     instructions = (
         "You are in a kitchen grid and must answer a question about it. Act with one command per turn: "
@@ -92,11 +103,12 @@ class IQAEnv(PlannedEnv):
             if self._in_view(self.pose)[0] != self.subject:  # the start shows no answer
                 break
         self.looked = False
+        self.seen: dict[str, list[str]] = {}  # the belief: each fixture whose contents the agent has seen, and them
         where = "in" if self.subject in CONTAINERS else "on"
         self.goal = f"Is there {article(self.asked)} {where} the {self.subject}?"
         self.distance = self._distances()
         self.steps_taken, self.success, self.done = 0, False, False
-        self.optimal_steps = len(self._plan())
+        self.optimal_steps = len(self._plan())  # the expert's steps: only the answer's wording is ever revised
         room = ", ".join(f"the {f} (row {r}, column {c})" for f, (r, c) in self.fixtures.items())
         return (
             f"You are in a kitchen of {ROWS} rows and {COLS} columns. In it: {room}.\n"
@@ -128,8 +140,12 @@ class IQAEnv(PlannedEnv):
         verb, arg = parsed
         if verb == "answer":
             return self._answer(arg == "true")
-        if verb == "open":
-            return self._open(arg)
+        observation = self._open(arg) if verb == "open" else self._move(verb)
+        if shown := re.search(r"You (?:open|see) the ([a-z]+ \d+)[^.]*\. (?:In|On) it, you see (.*)\.$", observation):
+            self.seen[shown[1]] = re.findall(r"\b[a-z]+ \d+\b", shown[2])
+        return observation
+
+    def _move(self, verb: str) -> str:
         moved = _next_pose(self.pose, verb, self.cells)
         blocked = verb == "move ahead" and moved == self.pose
         self.pose = moved
@@ -188,27 +204,56 @@ class IQAEnv(PlannedEnv):
         verb, arg = parsed
         return {"answer": f"answer {arg.capitalize()}", "open": f"open {arg}"}.get(verb, verb)
 
+    def delegates(self, step: str) -> bool:
+        """This task's answer-after-looking step exactly (case, spacing and a final full stop aside): the
+        expert answers there once the subject has been seen, and otherwise takes its next step."""
+        return plain_step(step) == plain_step(self._question())
+
+    def to_go(self) -> float:
+        """The omniscient solver's remaining steps: the same walk, and the answer it knows."""
+        return 0.0 if self.success else float(len(self._oracle_plan()))
+
     def _plan(self) -> list[tuple[str, str]]:
-        """(action, plan step) pairs: the shortest walk to a pose that shows the subject (right in front for
-        a container), opening it, answering. Each move is the first in MOVES that brings the goal one step
-        nearer, so replanning after an expert action gives the rest of the same plan."""
+        """(action, plan step) pairs on what the agent has seen: the answer once the subject's contents have been
+        seen; before that the walk, the opening and a step asking the question (never the first step: the
+        start shows no answer, and the pose that shows the subject shows its contents or needs opening)."""
         if self.done:
             return []
+        if self.subject in self.seen:
+            return [self._answer_step(any(o.rsplit(" ", 1)[0] == self.asked for o in self.seen[self.subject]))]
+        question = self._question()
+        return [*self._walk(), (question, question)]
+
+    def _oracle_plan(self) -> list[tuple[str, str]]:
+        """The omniscient expert's pairs: the same walk, then the answer read from the simulator."""
+        if self.done:
+            return []
+        return [*([] if self.looked else self._walk()), self._answer_step(self.truth)]
+
+    def _walk(self) -> list[tuple[str, str]]:
+        """The shortest walk to a pose that shows the subject (right in front for a container), and opening it.
+        Each move is the first in MOVES that brings the goal one step nearer, so replanning after an expert
+        move gives the rest of the same walk."""
         steps = []
-        if not self.looked:
-            distance = self.distance
-            pose, cells, way = self.pose, self.cells, f"on the way to the {self.subject}"
-            while distance[pose] > 0:
-                move = next(m for m in MOVES if distance[_next_pose(pose, m, cells)] == distance[pose] - 1)
-                steps.append((move, f"{move} {way}"))
-                pose = _next_pose(pose, move, cells)
-            if self.subject in CONTAINERS:
-                steps.append((f"open {self.subject}", f"open {self.subject} to look inside"))
-        answer = "True" if self.truth else "False"
-        where = "in" if self.subject in CONTAINERS else "on"
-        fact = f"there is {article(self.asked)}" if self.truth else f"there is no {self.asked}"
-        steps.append((f"answer {answer}", f"answer {answer}: {fact} {where} the {self.subject}"))
+        distance = self.distance
+        pose, cells, way = self.pose, self.cells, f"on the way to the {self.subject}"
+        while distance[pose] > 0:
+            move = next(m for m in MOVES if distance[_next_pose(pose, m, cells)] == distance[pose] - 1)
+            steps.append((move, f"{move} {way}"))
+            pose = _next_pose(pose, move, cells)
+        if self.subject in CONTAINERS:
+            steps.append((f"open {self.subject}", f"open {self.subject} to look inside"))
         return steps
+
+    def _answer_step(self, answer: bool) -> tuple[str, str]:
+        word = "True" if answer else "False"
+        where = "in" if self.subject in CONTAINERS else "on"
+        fact = f"there is {article(self.asked)}" if answer else f"there is no {self.asked}"
+        return f"answer {word}", f"answer {word}: {fact} {where} the {self.subject}"
+
+    def _question(self) -> str:
+        where = "in" if self.subject in CONTAINERS else "on"
+        return f"answer after looking: is there {article(self.asked)} {where} the {self.subject}?"
 
     def _distances(self) -> dict[Pose, int]:
         """Moves from every pose to the nearest that shows the subject (breadth-first from those, backwards);
@@ -278,29 +323,13 @@ def _connected(free: set[Cell]) -> bool:
     return seen == free
 
 
-class LookingIQAEnv(IQAEnv):
-    """The same kitchen, with an expert that does not state the answer before it has looked.
+class OracleIQAEnv(IQAEnv):
+    """The same kitchen with an omniscient expert, for ablations only: it reads the answer from the simulator,
+    so its first plan ends on it ("answer True: there is a mug in the fridge 1") and an executor given that
+    plan could copy the answer without looking."""
 
-    `IQAEnv`'s expert reads the answer from the simulator, so its first plan ends on it ("answer True: there is a
-    mug in the fridge 1") and an executor given that plan could copy the answer without looking. Here, until
-    the subject's contents have been seen, the plan's last step names no action ("answer after looking: is
-    there a mug in the fridge 1?"); once they have, the revised plan states the answer. The walk and the
-    opening are the same, and so is `optimal_steps`."""
-
-    name = "iqa_look"
-    expert_revises = True
-
-    def _question(self) -> str:
-        where = "in" if self.subject in CONTAINERS else "on"
-        return f"answer after looking: is there {article(self.asked)} {where} the {self.subject}?"
+    name = "iqa_oracle"
+    expert_revises = False
 
     def _plan(self) -> list[tuple[str, str]]:
-        steps = super()._plan()
-        if self.looked or not steps:
-            return steps
-        return [*steps[:-1], (steps[-1][0], self._question())]
-
-    def delegates(self, step: str) -> bool:
-        """This task's answer-after-looking step exactly (case, spacing and a final full stop aside): the
-        expert answers there once the subject has been seen, and otherwise takes its next step."""
-        return plain_step(step) == plain_step(self._question())
+        return self._oracle_plan()

@@ -16,22 +16,22 @@ from coalign.envs import REGISTRY, TextEnv, env_class, make_env
 
 NAMES = sorted(name for name in REGISTRY if not env_class(name).optional)  # the bundled ones
 SEEDS = {"household": 300, "iqa": 300, "crafting": 300, "wordle": 500, "maze": 300, "babyai": 200,
-         "household_search": 300, "iqa_look": 300}  # fmt: skip
+         "household_oracle": 300, "iqa_oracle": 300}  # fmt: skip
 IDLE = {  # an action that changes nothing (or only what the agent faces) and ends nothing
     "household": "look",
-    "household_search": "look",
+    "household_oracle": "look",
     "iqa": "turn left",
-    "iqa_look": "turn left",
+    "iqa_oracle": "turn left",
     "crafting": "inventory",
     "wordle": "nonsense",
     "maze": "wait",
     "babyai": "turn left",
 }
 DEVIATIONS = {  # seeds, and the agent's own moves before the expert takes over
-    "household": (50, ("look", "inventory", "examine cup 1")),
-    "household_search": (50, ("look", "go to cabinet 1", "open cabinet 1", "go to fridge 1")),
+    "household": (50, ("look", "go to cabinet 1", "open cabinet 1", "go to fridge 1")),
+    "household_oracle": (50, ("look", "inventory", "examine cup 1")),
     "iqa": (50, ("turn left", "move ahead", "turn right")),
-    "iqa_look": (50, ("turn left", "move ahead", "turn right")),
+    "iqa_oracle": (50, ("turn left", "move ahead", "turn right")),
     "crafting": (100, ("get 3 wood log", "craft 4 plank using 1 wood log", "get 1 coal", "craft 1 boat using 5 plank")),
     "wordle": (40, ("q u e e n", "zzzzz")),
     "maze": (50, ("move left", "move up", "move up", "move right", "jump")),
@@ -78,8 +78,8 @@ NEAR_MISSES: dict[str, list[str]] = {  # each environment's own actions, broken:
         "toggle and go through grey locked door 1",
     ],
 }
-NEAR_MISSES["household_search"] = NEAR_MISSES["household"]  # the same actions
-NEAR_MISSES["iqa_look"] = NEAR_MISSES["iqa"]
+NEAR_MISSES["household_oracle"] = NEAR_MISSES["household"]  # the same actions
+NEAR_MISSES["iqa_oracle"] = NEAR_MISSES["iqa"]
 
 
 def run_expert(env: TextEnv) -> list[str]:

@@ -175,9 +175,9 @@ def test_plan_quality_scores_and_selection():
     assert len(candidate_plans(good, random.Random(0), n=4)) == 5
 
 
-@pytest.mark.parametrize("name", ["wordle", "iqa_look"])
+@pytest.mark.parametrize("name", ["wordle", "iqa"])
 def test_an_environment_that_delegates_its_abstract_steps_gets_its_experts_plan_selected(name):
-    """Wordle's and iqa_look's expert plans hold a step naming no action; the judge lets the expert act there,
+    """Wordle's and iqa's expert plans hold a step naming no action; the judge lets the expert act there,
     so the expert's own plan is correct and chosen over its noisy variants (Wordle chose a variant in 92 of
     100 episodes when every plan with an abstract step counted as failing)."""
     for seed in range(30):
