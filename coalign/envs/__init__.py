@@ -25,6 +25,7 @@ REGISTRY: dict[str, str] = {
     "wordle": "coalign.envs.wordle:WordleEnv",
     "iqa": "coalign.envs.iqa:IQAEnv",
     "babyai": "coalign.envs.babyai:BabyAIEnv",
+    "babyai_oracle": "coalign.envs.babyai:BabyAIOracleEnv",  # babyai's omniscient expert, for ablations only
     "maze": "coalign.envs.maze:MazeEnv",
     "household_oracle": "coalign.envs.household:OracleHouseholdEnv",  # household, its expert omniscient (ablations)
     "iqa_oracle": "coalign.envs.iqa:OracleIQAEnv",  # iqa, its expert stating the answer before looking (ablations)

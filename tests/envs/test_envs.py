@@ -15,7 +15,7 @@ import pytest
 from coalign.envs import REGISTRY, TextEnv, env_class, make_env
 
 NAMES = sorted(name for name in REGISTRY if not env_class(name).optional)  # the bundled ones
-SEEDS = {"household": 300, "iqa": 300, "crafting": 300, "wordle": 500, "maze": 300, "babyai": 200,
+SEEDS = {"household": 300, "iqa": 300, "crafting": 300, "wordle": 500, "maze": 300, "babyai": 200, "babyai_oracle": 200,
          "household_oracle": 300, "iqa_oracle": 300}  # fmt: skip
 IDLE = {  # an action that changes nothing (or only what the agent faces) and ends nothing
     "household": "look",
@@ -26,6 +26,7 @@ IDLE = {  # an action that changes nothing (or only what the agent faces) and en
     "wordle": "nonsense",
     "maze": "wait",
     "babyai": "turn left",
+    "babyai_oracle": "turn left",
 }
 DEVIATIONS = {  # seeds, and the agent's own moves before the expert takes over
     "household": (50, ("look", "go to cabinet 1", "open cabinet 1", "go to fridge 1")),
@@ -36,6 +37,7 @@ DEVIATIONS = {  # seeds, and the agent's own moves before the expert takes over
     "wordle": (40, ("q u e e n", "zzzzz")),
     "maze": (50, ("move left", "move up", "move up", "move right", "jump")),
     "babyai": (28, ("turn right", "turn right", "move forward", "turn left")),
+    "babyai_oracle": (28, ("turn right", "turn right", "move forward", "turn left")),
 }
 HOSTILE = [
     "",
@@ -80,6 +82,7 @@ NEAR_MISSES: dict[str, list[str]] = {  # each environment's own actions, broken:
 }
 NEAR_MISSES["household_oracle"] = NEAR_MISSES["household"]  # the same actions
 NEAR_MISSES["iqa_oracle"] = NEAR_MISSES["iqa"]
+NEAR_MISSES["babyai_oracle"] = NEAR_MISSES["babyai"]
 
 
 def run_expert(env: TextEnv) -> list[str]:
