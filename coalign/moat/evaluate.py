@@ -2,7 +2,9 @@
 
 Besides end-to-end accuracy, the grounder is also run on the gold subgoals and on blanked
 subgoals: gold minus blanked says how much the subgoals matter at all; gold minus end-to-end
-is the capability gap between what the planner writes and what the grounder needs.
+is the capability gap between what the planner writes and what the grounder needs; end-to-end
+minus blanked is the plan value, what the planner's subgoals add (`moat.plan_value`), beside
+the planner's subgoal agreement with gold.
 
 Task families (maths, QA, web) mix in one run: every prompt, blank and answer rule is the task's own
 family's, and grounding PPL is averaged only within a family (its value depends on the family's
@@ -34,6 +36,7 @@ from coalign.formats.lumos_iterative import turn_examples
 from coalign.moat.data import load_split
 from coalign.moat.iterative import Rollout, run_episodes
 from coalign.moat.output_room import check_room
+from coalign.moat.plan_value import subgoal_agreement, with_plan_value
 from coalign.moat.scoring import score_completions
 from coalign.models.agents import Agent, ground, plan
 from coalign.tasks import Task, maths_suite, qa_suite, web_suite
@@ -52,12 +55,25 @@ BLANK_SUBGOALS: dict[str, str] = {
 EXACT_FAMILIES = frozenset({"maths"})  # where Lumos's exact string match is a reported metric
 
 
-def _is_plan(text: str) -> bool:
+def _parsed(text: str) -> list[str] | None:
+    """The plan's subgoals; None for text that is no subgoal sequence."""
     try:
-        parse_subgoals(text)
+        return parse_subgoals(text)
     except FormatError:
-        return False
-    return True
+        return None
+
+
+def agreements(tasks: Sequence[Task], planned: Sequence[list[str] | None]) -> list[float | None]:
+    """Per task, the planner's subgoal agreement with the gold subgoals (`plan_value.subgoal_agreement`): 0 for
+    a plan that does not parse (it gives no subgoals), None for a task without gold subgoals."""
+    return [subgoal_agreement(p or [], t.subgoals) if t.subgoals else None for t, p in zip(tasks, planned, strict=True)]
+
+
+def _with_agreement(metrics: dict, per_task: Sequence[float | None]) -> None:
+    """`subgoal_agreement`: the mean over the tasks that have gold subgoals (absent where none has)."""
+    known = [a for a in per_task if a is not None]
+    if known:
+        metrics["subgoal_agreement"] = mean(known)
 
 
 def blank_plan(task: Task) -> str:
@@ -113,7 +129,10 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
     metrics: dict = {"n": len(tasks), "accuracy": accuracy(ok)}
     if all(e is not None for e in exact):
         metrics["lumos_exact"] = accuracy(exact)
-    metrics |= {"plan_well_formed": accuracy(_is_plan(p) for p in plans), "grounding_ppl": mean(ppl)}
+    parsed = [_parsed(p) for p in plans]
+    agreement = agreements(tasks, parsed)
+    metrics |= {"plan_well_formed": accuracy(p is not None for p in parsed), "grounding_ppl": mean(ppl)}
+    _with_agreement(metrics, agreement)
     rows = [
         {
             "id": t.id,
@@ -127,8 +146,9 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
             "correct": c,
             "lumos_exact": e,
             "grounding_ppl": x,
+            "subgoal_agreement": g,
         }
-        for t, p, a, tr, c, e, x in zip(tasks, plans, actions, traces, ok, exact, ppl)
+        for t, p, a, tr, c, e, x, g in zip(tasks, plans, actions, traces, ok, exact, ppl, agreement)
     ]
     if settings.diagnostics:
         gold = [format_subgoals(t.subgoals) for t in tasks]
@@ -140,6 +160,7 @@ def evaluate_tasks(planner: Agent, grounder: Agent, tasks: Sequence[Task], setti
         metrics["grounder_acc_gold_subgoals"] = accuracy(gold_ok)
         metrics["grounder_acc_blank_subgoals"] = accuracy(blank_ok)
         metrics["capability_gap"] = metrics["grounder_acc_gold_subgoals"] - metrics["accuracy"]
+        metrics = with_plan_value(metrics)
         by_style: dict[str, list[bool]] = defaultdict(list)
         for t, g in zip(tasks, gold_ok):
             if t.subgoal_styles:
@@ -210,7 +231,8 @@ def evaluate_iterative(planner: Agent, grounder: Agent, tasks: Sequence[Task], s
     `accuracy` is the set's benchmark metric (`web_set_score`: step success rate for Mind2Web-like sites,
     mean reward for WebShop-like shopping), so split averages mix it with the other families' accuracy as
     the paper's Table 2 does; `metric` names it and it is also given under that name. `task_success`: share of
-    tasks scoring 1. `plan_well_formed`: share whose planner turns all parsed. The diagnostics feed the
+    tasks scoring 1. `plan_well_formed`: share whose planner turns all parsed. `subgoal_agreement`: the planner's
+    subgoals, all its turns together, against the gold ones (`agreements`). The diagnostics feed the
     grounder the gold subgoals, or as many blanked ones, turn by turn in place of the planner's, each scored
     by the same metric. Grounding PPL: see `gold_grounding_ppl`.
     """
@@ -221,6 +243,8 @@ def evaluate_iterative(planner: Agent, grounder: Agent, tasks: Sequence[Task], s
     metrics["task_success"] = accuracy(r.score == 1.0 for r in rollouts)
     metrics["plan_well_formed"] = accuracy(r.stop != "malformed planner turn" for r in rollouts)
     metrics["stops"] = dict(sorted(Counter(r.stop for r in rollouts).items()))
+    agreement = agreements(tasks, [r.subgoals for r in rollouts])
+    _with_agreement(metrics, agreement)
     ppl = gold_grounding_ppl(grounder, tasks, b)
     known = [x for x in ppl if x is not None]
     if known:
@@ -234,8 +258,9 @@ def evaluate_iterative(planner: Agent, grounder: Agent, tasks: Sequence[Task], s
             **r.to_json(),
             "correct": r.score == 1.0,
             "grounding_ppl_gold_subgoals": x,
+            "subgoal_agreement": g,
         }
-        for t, r, x in zip(tasks, rollouts, ppl)
+        for t, r, x, g in zip(tasks, rollouts, ppl, agreement)
     ]
     planned = [i for i, t in enumerate(tasks) if t.subgoals]
     if settings.diagnostics and planned:
@@ -248,6 +273,7 @@ def evaluate_iterative(planner: Agent, grounder: Agent, tasks: Sequence[Task], s
         metrics["grounder_acc_gold_subgoals"] = web_set_score(gold)[1]
         metrics["grounder_acc_blank_subgoals"] = web_set_score(blanked)[1]
         metrics["capability_gap"] = metrics["grounder_acc_gold_subgoals"] - metrics["accuracy"]
+        metrics = with_plan_value(metrics)
         by_style = _by_style(chosen, gold)
         if by_style:
             metrics["grounder_acc_gold_by_style"] = {s: web_set_score(v)[1] for s, v in sorted(by_style.items())}
@@ -283,6 +309,8 @@ def split_summary(per_set: dict[str, dict], families: dict[str, str] | None = No
         "grounder_acc_gold_subgoals",
         "grounder_acc_blank_subgoals",
         "capability_gap",
+        "plan_value",
+        "subgoal_agreement",
         "plan_well_formed",
         *PPL_KEYS,
     ]

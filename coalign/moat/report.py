@@ -9,11 +9,16 @@ averaged only within a family, since a PPL is only comparable on the same kind o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coalign.core.machine import machine_summary
 from coalign.core.runs import atomic_write_text
+from coalign.moat.plan_value import with_plan_value
 from coalign.reports.stats import fmt, mean_std, paired_diff, paired_t, seeds_of, t_bars
 from coalign.reports.tables import SPLITS, pipe_table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 NAMES = {
     "lumos": "Lumos (matched)",
@@ -55,12 +60,13 @@ def rounds_of(results: dict) -> list[str]:
 
 
 def _metrics_of(block: dict, dataset: str | None, family: str | None) -> dict:
-    """A split's metrics for one evaluation set, one family's average, or (neither given) the split's average."""
+    """A split's metrics for one evaluation set, one family's average, or (neither given) the split's average;
+    with plan value derived where results written before it was recorded hold its two terms."""
     if dataset:
-        return block.get("sets", {}).get(dataset, {})
+        return with_plan_value(block.get("sets", {}).get(dataset, {}))
     if family:
-        return block.get("family_average", {}).get(family, {})
-    return block.get("average", {})
+        return with_plan_value(block.get("family_average", {}).get(family, {}))
+    return with_plan_value(block.get("average", {}))
 
 
 def values(
@@ -216,16 +222,18 @@ def per_round_table(results: dict, recipes: list[str]) -> str:
     return "\n\n".join(tables)
 
 
-def paired_diffs(results: dict, recipe: str, baseline: str, split: str, dataset: str | None = None) -> list[float]:
-    """recipe − baseline accuracy after the last round, on each seed both ran: a seed's recipes share its cold
+def paired_diffs(
+    results: dict, recipe: str, baseline: str, split: str, dataset: str | None = None, metric: str = "accuracy"
+) -> list[float]:
+    """recipe − baseline `metric` after the last round, on each seed both ran: a seed's recipes share its cold
     start, so these are paired."""
     final = rounds_of(results)[-1]
 
-    def accuracy(r: str, seed: str):
+    def value(r: str, seed: str):
         block = results["runs"].get(r, {}).get(seed, {}).get("rounds", {}).get(final, {}).get(split, {})
-        return _metrics_of(block, dataset, None).get("accuracy")
+        return _metrics_of(block, dataset, None).get(metric)
 
-    pairs = [(accuracy(recipe, s), accuracy(baseline, s)) for s in seeds_of(results)]
+    pairs = [(value(recipe, s), value(baseline, s)) for s in seeds_of(results)]
     return [paired_diff(a, b) for a, b in pairs if a is not None and b is not None]
 
 
@@ -237,12 +245,13 @@ def comparisons(results: dict, recipes: list[str]) -> list[tuple[str, str]]:
     return pairs + [(r, "moat") for r in ran if r.startswith("moat_no_") and "moat" in ran]
 
 
-def paired_table(results: dict, pairs: list[tuple[str, str]]) -> str:
-    """Each pair's split averages, seed by seed, with the mean and the paired t: a row per pair and split."""
+def paired_table(results: dict, pairs: list[tuple[str, str]], metric: str = "accuracy") -> str:
+    """Each pair's split averages of `metric`, seed by seed, with the mean and the paired t: a row per pair and
+    split."""
     rows = []
     for recipe, baseline in pairs:
         for split, split_name in SPLITS.items():
-            diffs = paired_diffs(results, recipe, baseline, split)
+            diffs = paired_diffs(results, recipe, baseline, split, metric=metric)
             label = f"{name(recipe)} − {name(baseline)}"
             rows.append([label, split_name, " / ".join(f"{100 * d:+.1f}" for d in diffs), fmt(diffs), paired_t(diffs)])
     return pipe_table(["difference (points)", "split", "per seed", "mean", "t"], rows)
@@ -284,6 +293,51 @@ def subgoals_matter_table(results: dict, recipes: list[str]) -> str:
                 ]
             rows.append(row)
     return pipe_table(["method", "held-in gold", "held-in blank", "held-out gold", "held-out blank"], rows)
+
+
+PLAN_KEYS = {  # metric: (header, what it is)
+    "plan_value": (
+        "plan value",
+        "end-to-end accuracy − the same grounder's given blanked subgoals (above 0, the planner's subgoals "
+        "help the grounder)",
+    ),
+    "subgoal_agreement": ("agreement", "token F1 of the planner's subgoals with the gold ones (moat.plan_value)"),
+}
+
+
+def plan_keys(results: dict, recipes: list[str]) -> list[str]:
+    """The plan metrics `recipes` recorded in any round: none without the diagnostics, and no agreement in
+    results written before it was recorded (their plan value comes from accuracy and the blanked numbers)."""
+    rounds = rounds_of(results)
+    return [k for k in PLAN_KEYS if any(values(results, r, n, s, k) for r in recipes for n in rounds for s in SPLITS)]
+
+
+def plan_table(results: dict, recipes: list[str], keys: list[str]) -> str:
+    """Plan value and subgoal agreement (`keys` of them) after every round: one table per split, its name in
+    the corner, and the legend of its columns."""
+    tables = []
+    for split, split_name in SPLITS.items():
+        rows = [
+            [row_label(results, recipe), round_.replace("round", "")]
+            + [fmt(values(results, recipe, round_, split, key)) for key in keys]
+            for recipe in recipes
+            if recipe in results["runs"]
+            for round_ in rounds_of(results)
+        ]
+        tables.append(pipe_table([split_name, "round", *(PLAN_KEYS[k][0] for k in keys)], rows))
+    legend = "; ".join(f"{PLAN_KEYS[k][0]}: {PLAN_KEYS[k][1]}" for k in keys)
+    return "\n\n".join(tables) + f"\n\n{legend[0].upper()}{legend[1:]}."
+
+
+def paired_plan_lines(results: dict, pairs: list[tuple[str, str]]) -> list[str]:
+    """Each pair's difference in plan value and in subgoal agreement, paired by seed, after the last round;
+    a metric no pair has on a shared seed is left out."""
+    lines = []
+    for key, (label, _) in PLAN_KEYS.items():
+        if any(paired_diffs(results, r, b, s, metric=key) for r, b in pairs for s in SPLITS):
+            lines += [f"Paired by seed, the difference in {label} after the last round (points):", ""]
+            lines += [paired_table(results, pairs, key), ""]
+    return lines
 
 
 def _premise_cells(premise: list[dict]) -> list[str]:
@@ -361,6 +415,7 @@ def report_markdown(results: dict) -> str:
     main = [r for r in ("lumos", "moat") if r in recipes]
     ablations = [r for r in recipes if r == "moat" or r.startswith("moat_no_")]
     sweep = [r for r in recipes if r.startswith("moat_k")]
+    per_round = [r for r in recipes if r not in sweep]
     seeds = results["seeds"]
     cfg = results["config"]
     pairs = comparisons(results, recipes)
@@ -407,6 +462,10 @@ def report_markdown(results: dict) -> str:
         for key, given in (("grounder_acc_gold_subgoals", "gold"), ("grounder_acc_blank_subgoals", "blanked")):
             lines += [f"Per evaluation set, the grounder given the {given} subgoals (%):", ""]
             lines += [accuracy_table(results, main, with_cold=True, metric=key), ""]
+    if keys := plan_keys(results, per_round):
+        agreement = " and subgoal agreement (%)" if "subgoal_agreement" in keys else ""
+        lines += [f"## Does the planner help? Plan value (points){agreement}, every round", ""]
+        lines += [plan_table(results, per_round, keys), "", *paired_plan_lines(results, against_lumos)]
     if len(ablations) > 1:
         lines += ["## Ablations (Table 3 analogue): accuracy (%) after the last round", ""]
         lines += [accuracy_table(results, ablations, with_cold=False), ""]
@@ -422,7 +481,7 @@ def report_markdown(results: dict) -> str:
         "## Every round (Figure 4 in numbers): accuracy, grounder accuracy on gold subgoals, capability gap "
         "(gold-sg acc − acc), PPL",
         "",
-        per_round_table(results, [r for r in recipes if not r.startswith("moat_k")]),
+        per_round_table(results, per_round),
         "",
         "## The premise, per round: grounder NLL of the gold actions vs the candidate's grounding success",
         "",
@@ -440,7 +499,17 @@ def report_markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _plot_rounds(results: dict, path: Path) -> None:
+def _round_stats(results: dict, recipe: str, split: str, key: str, family: str | None, scale: float) -> list:
+    """(mean, std) over the seeds after every round; NaN where no seed recorded `key` (a gap in the line)."""
+    return [
+        mean_std([scale * v for v in values(results, recipe, r, split, key, family=family)] or [float("nan")])
+        for r in rounds_of(results)
+    ]
+
+
+def rounds_figure(results: dict) -> "Figure":
+    """The round plot. Top: accuracy held in and out, held-in grounding PPL; bottom: plan value held in and out
+    (0 dotted: the planner's subgoals neither help nor hurt), subgoal agreement of both splits (held out dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -448,30 +517,54 @@ def _plot_rounds(results: dict, path: Path) -> None:
 
     recipes = [r for r in results["recipes"] if not r.startswith("moat_k")]
     rounds = rounds_of(results)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    panels = [("heldin", "accuracy", "held-in accuracy (%)"), ("heldout", "accuracy", "held-out accuracy (%)")]
-    panels.append(("heldin", "grounding_ppl", "held-in grounding PPL"))
-    fams = families(results, "heldin")
-    for ax, (split, metric, title) in zip(axes, panels):
-        scale = 100 if metric == "accuracy" else 1
-        lines = [(recipe, None) for recipe in recipes]
-        if metric == "grounding_ppl" and fams:  # one line per family: PPLs of families do not average
-            lines = [(recipe, f) for recipe in recipes for f in fams]
-        for recipe, family in lines:
-            key = ppl_key(results, split, family=family) if metric == "grounding_ppl" else metric
-            stats = [
-                mean_std([scale * v for v in values(results, recipe, r, split, key, family=family)] or [float("nan")])
-                for r in rounds
-            ]
-            long = PLOT_NAMES.get(recipe, name(recipe))
-            label = f"{long} ({family})" if family and len(fams) > 1 else long
-            label += _ppl_suffix(key)
-            ax.errorbar(range(len(rounds)), [m for m, _ in stats], yerr=[s for _, s in stats], label=label, capsize=3)
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7.6))
+    panels = [
+        ([("heldin", "accuracy")], "held-in accuracy (%)"),
+        ([("heldout", "accuracy")], "held-out accuracy (%)"),
+        ([("heldin", "grounding_ppl")], "held-in grounding PPL"),
+        ([("heldin", "plan_value")], "held-in plan value (points)"),
+        ([("heldout", "plan_value")], "held-out plan value (points)"),
+        ([("heldin", "subgoal_agreement"), ("heldout", "subgoal_agreement")], "subgoal agreement (%, held out --)"),
+    ]
+    fams, recorded = families(results, "heldin"), plan_keys(results, recipes)
+    for ax, (curves, title) in zip(axes.flat, panels):
+        for split, metric in curves:
+            scale = 1 if metric == "grounding_ppl" else 100
+            lines = [(recipe, None) for recipe in recipes]
+            if metric == "grounding_ppl" and fams:  # one line per family: PPLs of families do not average
+                lines = [(recipe, f) for recipe in recipes for f in fams]
+            for i, (recipe, family) in enumerate(lines):  # a recipe's lines of both splits in one colour
+                key = ppl_key(results, split, family=family) if metric == "grounding_ppl" else metric
+                stats = _round_stats(results, recipe, split, key, family, scale)
+                long = PLOT_NAMES.get(recipe, name(recipe))
+                label = f"{long} ({family})" if family and len(fams) > 1 else long
+                label += _ppl_suffix(key)
+                style = "--" if len(curves) > 1 and split == "heldout" else "-"
+                ax.errorbar(
+                    range(len(rounds)),
+                    [m for m, _ in stats],
+                    yerr=[s for _, s in stats],
+                    label=label if style == "-" else None,
+                    capsize=3,
+                    linestyle=style,
+                    color=f"C{i}",
+                )
+        if curves[0][1] == "plan_value":
+            ax.axhline(0, color="grey", linestyle=":", linewidth=1)
+        if curves[0][1] in PLAN_KEYS and curves[0][1] not in recorded:
+            ax.text(0.5, 0.5, "not in these results", transform=ax.transAxes, ha="center", color="grey")
         ax.set_title(title)
         ax.set_xlabel("round")
         ax.set_xticks(range(len(rounds)))
-    axes[0].legend(fontsize=7)
+    axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def _plot_rounds(results: dict, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = rounds_figure(results)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

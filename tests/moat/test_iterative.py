@@ -204,6 +204,8 @@ def test_evaluation_reports_the_set_metric_diagnostics_and_rows(scripted, monkey
     assert (shop["metric"], shop["reward"], shop["grounder_acc_gold_subgoals"]) == ("reward", 1.0, 1.0)
     for metrics in (sites, shop):
         assert metrics["grounder_acc_blank_subgoals"] < 1.0 and metrics["capability_gap"] == 0.0
+        assert metrics["plan_value"] == 1.0 - metrics["grounder_acc_blank_subgoals"]  # the team minus blanked
+        assert metrics["subgoal_agreement"] == 1.0  # the gold planner writes the gold subgoals, turn by turn
         assert metrics["grounding_ppl_gold_subgoals"] == pytest.approx(1.0) and "grounding_ppl" not in metrics
         assert sum(metrics["style_counts"].values()) == metrics["n"]
     # PPL scores the gold grounder conversation turn by turn: one row per gold subgoal
