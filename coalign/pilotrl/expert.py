@@ -7,8 +7,9 @@ expert solver (its plan, and variants of it with a step dropped, two steps swapp
 two steps merged into one line) and, when configured, from an LLM over an OpenAI-compatible endpoint
 (`LLMPlans`; its replies are untrusted text, only ever scored), and each is scored by rule, 1-5 on each criterion
 (`plan_quality`): correct = 1 + 4 x the progress that following the plan on a copy of the environment makes
-toward the goal (`plan_progress`: 1 for a plan that succeeds, 0 for one that ends the task in failure, else the
-share of the environment's `to_go` it removes; so 5 for a plan that succeeds, 3 for one that gets half way;
+toward the goal, floored (`plan_progress`: 1 for a plan that succeeds, 0 for one that ends the task in failure,
+else the share of the environment's `to_go` it removes; so 5 for a plan that succeeds and only for one, 4 for one
+that stops a step short of a long goal, 3 for one that gets half way;
 a step that names no action is sent as it stands, and the environment answers it as the invalid action it is:
 a plan of filler lines makes no progress, however many steps it has; the one exception is a step that the
 environment's own plans write to leave the choice to the one acting, `TextEnv.delegates`, where the expert
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coalign.envs import TextEnv, make_env
+from coalign.envs.base import plain_step
 from coalign.formats.adaplan import (
     PLAN_CLOSE,
     PLAN_OPEN,
@@ -64,7 +66,7 @@ def plan_quality(env: TextEnv, plan: Sequence[str]) -> PlanQuality:
     """Score a plan for the task `env` is at (1-5 each; a plan of no steps scores 1 everywhere)."""
     if not plan:
         return PlanQuality(1, 1, 1)
-    correct = 1 + round(4 * plan_progress(env, plan))
+    correct = 1 + int(4 * plan_progress(env, plan))  # floored: 5 for a plan that succeeds, and only then
     named = sum(env.plan_action(step) is not None or env.delegates(step) for step in plan) / len(plan)
     standard = sum(bool(s.strip()) and "\n" not in s and len(s.split()) <= MAX_STEP_WORDS for s in plan) / len(plan)
     return PlanQuality(correct, 1 + round(4 * named), 1 + round(4 * standard))
@@ -207,7 +209,7 @@ def expert_conversations(
             future = env.expert_plan() if due else None
         shown = update_plan(plan, t, future) if future is not None else plan
         thought = shown[t] if t < len(shown) else env.expert_plan()[0]
-        if env.expert_revises and env.plan_action(thought) not in (None, env.expert_action()):
+        if env.expert_revises and not _carries_out(env, thought):
             thought = env.expert_plan()[0]  # a hypothesis refuted since the plan's last update
         named = env.plan_action(thought)
         action = named if named is not None else env.expert_action()
@@ -226,3 +228,9 @@ def expert_conversations(
     if not env.success:
         raise RuntimeError(f"the {name} expert failed on seed {seed}: its environment or solver has a bug")
     return [messages] if history is None else turns
+
+
+def _carries_out(env: TextEnv, step: str) -> bool:
+    """Whether the expert's next action carries out plan step `step`: the step names that action, or it is the
+    expert's own current step (an unnumbered "take the apple" is, only while the expert's plan still says so)."""
+    return env.plan_action(step) == env.expert_action() or plain_step(step) == plain_step(env.expert_plan()[0])

@@ -196,7 +196,7 @@ def report_markdown(results: dict, curves: str = "") -> str:
             "quality's correctness; the planner's half of the episode, whatever the executor then did):",
             success_table(results, "plan_correct"),
             "How far first plans get toward their goal followed on their own (%, the plan quality's graded "
-            "correctness: 1 + 4 x this share):",
+            "correctness: 1 + 4 x this share, rounded down):",
             success_table(results, "plan_progress"),
         ]
     pairs = [pair for pair in PAIRS if set(pair) <= set(results["runs"])]

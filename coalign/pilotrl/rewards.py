@@ -28,7 +28,7 @@ Ours are rule-based and each normalised to [0, 1]:
   `slack`; / 2.
 - plan_quality: `expert.plan_quality` of the first plan the model wrote, on the task freshly reset,
   (total - 3) / 12. Its correctness is graded, 1 + 4 x the progress that following the plan makes toward
-  the goal (`expert.plan_progress`): a plan that gets part of the way earns part of the credit, as the
+  the goal rounded down (`expert.plan_progress`): a plan that gets part of the way earns part of the credit, as the
   paper's judge's 1-5 scale allows; executability and standard format as `expert.plan_quality` says. A
   plan with a step that is not one line of printable text up to the environment's action length, longer
   than the episode's step limit, or naming no action at all scores the minimum: `follow_plan` lets the
