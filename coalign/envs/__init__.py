@@ -29,6 +29,7 @@ REGISTRY: dict[str, str] = {
     "maze": "coalign.envs.maze:MazeEnv",
     "household_oracle": "coalign.envs.household:OracleHouseholdEnv",  # household, its expert omniscient (ablations)
     "iqa_oracle": "coalign.envs.iqa:OracleIQAEnv",  # iqa, its expert stating the answer before looking (ablations)
+    "maze_oracle": "coalign.envs.maze:OracleMazeEnv",  # maze, its expert reading the layout (ablations)
     "alfworld": "coalign.envs.alfworld:AlfworldEnv",  # optional: the real ALFWorld, its extra and game files
 }
 HELDIN = ("household", "crafting", "wordle", "iqa")  # bundled environments only, never an optional one

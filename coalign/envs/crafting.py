@@ -11,6 +11,11 @@ craft torch", "Could not find a valid recipe for torch", "Inventory: [coal] (1) 
 
 Expert: adds up what the goal needs in topological order (what the inventory already holds is
 used first), then gets each base material once and crafts each intermediate once, leaves first.
+It knows only what the agent has observed: every recipe it uses is among the crafting commands of the
+first observation (all the goal needs are shown), and the inventory is what the agent's own gets and
+crafts made of it (the answers say so; "inventory" shows it). Nothing is hidden, so its plan is never a
+hypothesis and no observation rewrites it (`expert_revises` stays False): each plan is the last one
+less its first step, unless the agent strays. `to_go` is its remaining step count.
 Plan steps: the action itself, then for a get or an intermediate craft " for the <consumer>", e.g.
 "get 2 iron ore for the iron ingot" (`plan_action` -> "get 2 iron ore"); "craft 1 lantern using 1
 glass, 1 iron ingot, 1 torch" (`plan_action` -> that same text); "check the inventory" -> "inventory".
@@ -250,6 +255,10 @@ class CraftingEnv(TextEnv):
             short = action.startswith("get") or len(action.split()) <= 8
             plan.append(f"{action} for the {consumer}" if consumer and short else action)
         return plan
+
+    def to_go(self) -> float:
+        """The expert's remaining steps (exact: it plans on nothing unseen), also once the task has failed."""
+        return 0.0 if self.success else float(len(self._expert_steps()))
 
     def plan_action(self, step: str) -> str | None:
         text = " ".join(re.sub(r"[.!?]", " ", str(step).lower().replace(";", ",")).split())

@@ -10,17 +10,24 @@ game answers "invalid word"; whether it costs a try we could not tell, so it doe
 sixth valid guess ends the episode.
 
 Expert: a fixed best first guess, then the answer-list word that splits the answers still consistent
-with all feedback best (smallest sum of squared group sizes; a candidate wins ties). It solves
-every answer of the list within 6 guesses (tested exhaustively).
+with all feedback best (smallest sum of squared group sizes; a candidate wins ties). It reads only the
+feedback: its belief is those candidates, narrowed by each feedback. It solves every answer of the list
+within 6 guesses (tested exhaustively; 4 at most, 2.98 on average).
 Plan steps: the next guess is concrete, "guess c r a n e" (`plan_action` -> "c r a n e"); the later
 ones are abstract, "guess a word that fits the feedback" (`plan_action` -> None; `delegates`: a plan judge
-lets the expert choose that guess, so the expert's own plan is a correct one).
+lets the expert choose that guess, so the expert's own plan is a correct one). There are as many as
+the expert needs for the hardest candidate left (its worst case, within the tries left: the plan is the
+same whichever of them is the answer), so each feedback rewrites the plan: the next guess named, the
+steps it no longer needs gone.
+`to_go` measures the candidates left: 1 + log2 of their number (0 once solved).
 
 Word lists: coalign/envs/data (from wordfreq's data, CC BY-SA 4.0; see data/WORDLE_LICENSE).
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import random
 import re
 from functools import cache, lru_cache
@@ -111,6 +118,18 @@ def _best_guess(candidates: tuple[int, ...]) -> int:
     return best
 
 
+@lru_cache(maxsize=None)
+def _worst_case(candidates: tuple[int, ...]) -> int:
+    """The expert's guesses to the answer from `candidates`, for the hardest of them to find."""
+    guess = _best_guess(candidates)
+    codes = _patterns()[guess]
+    groups: dict[int, list[int]] = {}
+    for c in candidates:
+        if c != guess:
+            groups.setdefault(int(codes[c]), []).append(c)
+    return 1 + max((_worst_case(tuple(group)) for group in groups.values()), default=0)
+
+
 def spaced(word: str) -> str:
     return " ".join(word)
 
@@ -123,6 +142,7 @@ class WordleEnv(TextEnv):
     """Guess the hidden five-letter word in six tries."""
 
     name = "wordle"
+    expert_revises = True
     invalid_reply = r"invalid word"
     max_steps = 12
     instructions = (
@@ -147,7 +167,10 @@ class WordleEnv(TextEnv):
         self.candidates = tuple(range(len(answers())))
         self.history = []
         self.goal = "guess the hidden 5-letter word within 6 tries"
-        self.optimal_steps = len(self._expert_guesses())
+        trial = copy.deepcopy(self)
+        while not trial.done:
+            trial.step(trial.expert_action())
+        self.optimal_steps = trial.steps_taken
         return "Guess the hidden 5-letter word. You have 6 tries."
 
     def _act(self, action: str) -> str:
@@ -164,26 +187,19 @@ class WordleEnv(TextEnv):
             self.done = True
         return marks
 
-    def _expert_guesses(self) -> list[str]:
-        """The expert's guesses from the current state to the answer."""
-        guesses, candidates = [], self.candidates
-        while True:
-            word = answers()[_best_guess(candidates)]
-            guesses.append(word)
-            if word == self.answer:
-                return guesses
-            marks = _patterns()[answers().index(word)]
-            target = marks[answers().index(self.answer)]
-            candidates = tuple(c for c in candidates if marks[c] == target)
-
     def expert_action(self) -> str:
         return spaced(answers()[_best_guess(self.candidates)])
 
     def expert_plan(self) -> list[str]:
         if self.done:
             return []
-        guesses = self._expert_guesses()
-        return [f"guess {spaced(guesses[0])}"] + [ABSTRACT_STEP] * (len(guesses) - 1)
+        guesses = min(_worst_case(self.candidates), TRIES - self.tries)
+        return [f"guess {self.expert_action()}"] + [ABSTRACT_STEP] * (guesses - 1)
+
+    def to_go(self) -> float:
+        """What is left to find, from the candidates the feedback allows: the bits still unknown, log2 of their
+        number, plus the guess that names the answer; 0 once solved."""
+        return 0.0 if self.success else 1.0 + math.log2(len(self.candidates))
 
     def plan_action(self, step: str) -> str | None:
         text = str(step).lower()

@@ -16,7 +16,7 @@ from coalign.envs import REGISTRY, TextEnv, env_class, make_env
 
 NAMES = sorted(name for name in REGISTRY if not env_class(name).optional)  # the bundled ones
 SEEDS = {"household": 300, "iqa": 300, "crafting": 300, "wordle": 500, "maze": 300, "babyai": 200, "babyai_oracle": 200,
-         "household_oracle": 300, "iqa_oracle": 300}  # fmt: skip
+         "household_oracle": 300, "iqa_oracle": 300, "maze_oracle": 300}  # fmt: skip
 IDLE = {  # an action that changes nothing (or only what the agent faces) and ends nothing
     "household": "look",
     "household_oracle": "look",
@@ -25,6 +25,7 @@ IDLE = {  # an action that changes nothing (or only what the agent faces) and en
     "crafting": "inventory",
     "wordle": "nonsense",
     "maze": "wait",
+    "maze_oracle": "wait",
     "babyai": "turn left",
     "babyai_oracle": "turn left",
 }
@@ -36,6 +37,7 @@ DEVIATIONS = {  # seeds, and the agent's own moves before the expert takes over
     "crafting": (100, ("get 3 wood log", "craft 4 plank using 1 wood log", "get 1 coal", "craft 1 boat using 5 plank")),
     "wordle": (40, ("q u e e n", "zzzzz")),
     "maze": (50, ("move left", "move up", "move up", "move right", "jump")),
+    "maze_oracle": (50, ("move left", "move up", "move up", "move right", "jump")),
     "babyai": (28, ("turn right", "turn right", "move forward", "turn left")),
     "babyai_oracle": (28, ("turn right", "turn right", "move forward", "turn left")),
 }
@@ -82,6 +84,7 @@ NEAR_MISSES: dict[str, list[str]] = {  # each environment's own actions, broken:
 }
 NEAR_MISSES["household_oracle"] = NEAR_MISSES["household"]  # the same actions
 NEAR_MISSES["iqa_oracle"] = NEAR_MISSES["iqa"]
+NEAR_MISSES["maze_oracle"] = NEAR_MISSES["maze"]
 NEAR_MISSES["babyai_oracle"] = NEAR_MISSES["babyai"]
 
 
