@@ -11,9 +11,10 @@ import yaml
 from pydantic import ValidationError
 
 from coalign.config.base import Settings
+from coalign.config.moat import RETIRED_KEY
 from coalign.config.run import RunConfig
 from coalign.core.endpoint_options import SECRET_OPTIONS
-from coalign.core.runs import value_changes
+from coalign.core.runs import UNSET, value_changes
 
 SECRET_KEY = (
     "a secret is refused in a config, which is saved with the run; put it in an environment variable and give "
@@ -36,6 +37,9 @@ class Overrides(dict):
 
 
 BUNDLED = Path(__file__).resolve().parent.parent / "configs"  # coalign/configs
+# Keys that run folders' saved configs hold and today's configs do not, each at the value that means what leaving it
+# out means now: a folder that differs by one of them alone still resumes.
+RETIRED = {f"moat.{RETIRED_KEY}": False}
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
@@ -185,5 +189,7 @@ def config_to_yaml(config: RunConfig) -> str:
 
 def config_changes(old_yaml: str, new_yaml: str) -> list[str]:
     """How two saved configs differ, one `dotted.key: old -> new` line per changed value (list items by
-    index, `<unset>` for a key only one side has); none when they differ only in layout."""
-    return [f"{k}: {a} -> {b}" for k, a, b in value_changes(yaml.safe_load(old_yaml), yaml.safe_load(new_yaml))]
+    index, `<unset>` for a key only one side has); none when they differ only in layout, or by a retired key
+    at the value that today's default stands for (`RETIRED`)."""
+    changes = value_changes(yaml.safe_load(old_yaml), yaml.safe_load(new_yaml))
+    return [f"{k}: {a} -> {b}" for k, a, b in changes if not (b == UNSET and k in RETIRED and RETIRED[k] == a)]

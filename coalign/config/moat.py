@@ -9,9 +9,13 @@ from pydantic import Field, model_validator
 from coalign.config.base import Settings
 from coalign.core.endpoint_options import check_critic_options
 
+RETIRED_KEY = "use_corrected_subgoals"  # `critic_subgoals: original` in configs saved before it
+
 
 class MoatSettings(Settings):
     """MOAT rounds (Algorithm 1). Defaults are the paper's; `tasks` subsamples the training set."""
+
+    new_keys = ("critic_subgoals",)
 
     rounds: int = Field(2, ge=1)
     tasks: int | None = Field(None, ge=1, description="training tasks used per round (the first n); None = all")
@@ -31,8 +35,11 @@ class MoatSettings(Settings):
     critic_options: dict = Field(
         default_factory=dict, description="keyword options of the critic (llm: base_url, model, ...)"
     )
-    use_corrected_subgoals: bool = Field(
-        False, description="train on the critic's corrected subgoals (Algorithm 1: no)"
+    critic_subgoals: Literal["original", "corrected"] = Field(
+        "original",
+        description="the subgoals stage 2 pairs a critic-corrected grounding with: the candidate's own ('original', "
+        "Algorithm 1, line 6) or the critic's corrected ones ('corrected', as the paper's A.3 critic writes them; the "
+        "execution critic takes the gold plan)",
     )
     mix_ratio: float = Field(1.0, ge=0, description="initial grounder examples per critic-built example (paper 1:1)")
     stage1: bool = Field(True, description="planner DPO; false = the 'w/o stage 1' ablation")
@@ -46,6 +53,18 @@ class MoatSettings(Settings):
         ge=1,
         description="planner turns sampled per web task each round (drawn once per seed and task); None = all",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: object) -> object:
+        """Read configs saved before `critic_subgoals` replaced `use_corrected_subgoals`: false there is today's
+        default; true is refused, as it meant `corrected` for the LLM critic only (`loader.RETIRED` lets their
+        run folders resume)."""
+        if isinstance(data, dict) and RETIRED_KEY in data:
+            data = dict(data)
+            if data.pop(RETIRED_KEY) is not False:
+                raise ValueError(f"{RETIRED_KEY} is now critic_subgoals: original (Algorithm 1) or corrected")
+        return data
 
     @model_validator(mode="after")
     def _runnable(self) -> "MoatSettings":

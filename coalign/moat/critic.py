@@ -1,16 +1,19 @@
 """Stage 2's critic: judge a grounder's actions for (task, candidate subgoals) and correct failures.
 
 MOAT keeps `(x, s_k, a_k)` when the grounder's actions reach the answer and `(x, s_k, a_hat)` with
-corrected actions when they do not (Algorithm 1). Three critics share one interface:
+corrected actions when they do not (Algorithm 1). A correction also carries corrected subgoals `s_hat`, which
+stage 2 trains on in place of `s_k` when `moat.critic_subgoals` is `corrected` (the paper's A.3 critic writes
+both). Three critics share one interface:
 
-- `ExecutionCritic` (default, offline): runs the actions; the correction is the task's gold actions.
+- `ExecutionCritic` (default, offline): runs the actions; the correction is the task's gold plan and actions.
 - `NoCritic`: the "w/o critic" ablation, every sample is kept as generated.
 - `LLMCritic` (onetime tasks only: web turns are judged by `moat.turn_critic`, which refuses it): the
   paper's critic prompt against an LLM (an OpenAI-compatible server such as vLLM,
   or a local transformers model). Its calls are bounded (concurrency, retries, a total budget)
   and counted in `stats`, because at paper scale a round makes |D| x K of them.
 
-Corrections are renumbered (`reindex`) so the grounder always learns `R1, R2, ...` in order.
+Corrections are renumbered (`reindex`) so the grounder always learns `R1, R2, ...` in order, and the corrected
+subgoals' references to them with the same renaming.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class CriticInput:
     task: Task
-    subgoals: tuple[str, ...]  # the planner's candidate (kept as the SFT input, Algorithm 1)
+    subgoals: tuple[str, ...]  # the planner's candidate (the SFT input in `original` mode, Algorithm 1)
     actions: str  # the grounder's generated action text
 
 
@@ -54,7 +57,9 @@ class CriticInput:
 class Verdict:
     success: bool
     actions: str | None  # text to train on: generated on success, corrected on failure; None = drop
-    corrected_subgoals: tuple[str, ...] | None = None  # LLM critic only; used if the recipe opts in
+    # The plan the corrected actions ground (a failure only; None when the critic gave none that parse): the SFT
+    # input in place of the candidate's when `moat.critic_subgoals` is `corrected`.
+    corrected_subgoals: tuple[str, ...] | None = None
     note: str = ""
 
 
@@ -67,19 +72,23 @@ class Critic(Protocol):
 # --------------------------------------------------------------------------- corrections
 
 
-def reindex(actions: str) -> str:
-    """Rename R-variables to R1, R2, ... in order of first appearance, references included.
+def renumbering(actions: str) -> Callable[[str], str]:
+    """The renaming `reindex` gives `actions`, to apply to them and to text naming their outputs (their subgoals).
 
-    Whole words only (R1 never matches inside R12). The renaming is one-to-one, so references stay
+    R-variables become R1, R2, ... in order of first appearance in `actions`; a name they never use is left as it
+    is. Whole words only (R1 never matches inside R12). The renaming is one-to-one, so references stay
     consistent; note that the executor's answer (highest-numbered R#) is unchanged only when the
     original numbering already increases in order of appearance, as in well-formed sequences.
     """
     mapping: dict[str, str] = {}
+    for match in REFERENCE.finditer(actions):
+        mapping.setdefault(match[0], f"R{len(mapping) + 1}")
+    return lambda text: REFERENCE.sub(lambda match: mapping.get(match[0], match[0]), text)
 
-    def rename(match: re.Match[str]) -> str:
-        return mapping.setdefault(match[0], f"R{len(mapping) + 1}")
 
-    return REFERENCE.sub(rename, actions)
+def reindex(actions: str) -> str:
+    """Rename R-variables to R1, R2, ... in order of first appearance, references included (`renumbering`)."""
+    return renumbering(actions)(actions)
 
 
 def gold_actions(task: Task) -> str | None:
@@ -87,11 +96,21 @@ def gold_actions(task: Task) -> str | None:
     return reindex(format_actions(task.actions)) if task.actions else None
 
 
-def _gold_verdict(task: Task, note: str, corrected_subgoals: tuple[str, ...] | None = None) -> Verdict:
+def gold_subgoals(task: Task) -> tuple[str, ...] | None:
+    """The task's gold plan, its references renamed as `gold_actions` renames the actions; None without one."""
+    if not task.subgoals:
+        return None
+    rename = renumbering(format_actions(task.actions))
+    return tuple(rename(subgoal) for subgoal in task.subgoals)
+
+
+def _gold_verdict(task: Task, note: str) -> Verdict:
+    """A failure corrected to the gold actions, beside the gold plan they ground (not a critic's own subgoals,
+    which were written for other actions)."""
     gold = gold_actions(task)
     if gold is None:
-        return Verdict(False, None, corrected_subgoals, f"{note}; no gold actions to fall back on")
-    return Verdict(False, gold, corrected_subgoals, note)
+        return Verdict(False, None, note=f"{note}; no gold actions to fall back on")
+    return Verdict(False, gold, gold_subgoals(task), note)
 
 
 # --------------------------------------------------------------------------- simple critics
@@ -100,9 +119,10 @@ def _gold_verdict(task: Task, note: str, corrected_subgoals: tuple[str, ...] | N
 class ExecutionCritic:
     """Ground truth by execution: success when the actions' answer is right by the task's benchmark rule.
 
-    A failure is corrected with the whole gold action text, renumbered, next to the candidate's own
-    subgoals (Algorithm 1 keeps them): nothing maps actions to subgoals, so QA's three actions per
-    fact and a candidate with fewer or more subgoals than the gold plan are handled alike.
+    A failure is corrected with the whole gold action text, renumbered, and the gold plan as its corrected
+    subgoals: nothing maps actions to a candidate's subgoals, so QA's three actions per fact and a candidate
+    with fewer or more subgoals than the gold plan are handled alike (the recipe pairs the candidate's own
+    subgoals with them in `original` mode, Algorithm 1).
     """
 
     name = "execution"
@@ -168,6 +188,9 @@ _FIELD = re.compile(
     r"^[\s>#*_`+\-\d.)]*Corrected\s+(?P<field>Subgoals|Actions)[\s*_`]*:[\s*_]*(?P<value>.*)$", re.M | re.I
 )
 _MARKUP = re.compile(r"[*_`#>]+")
+# Inside one parsed subgoal: the next field's label, or a subgoal head `parse_subgoals` could not split off.
+_RUN_ON = re.compile(r"Corrected\s+(?:Subgoals|Actions)[\s*_`]*:|\bSubgoal\s+\d+\s*:", re.I)
+_WORD = re.compile(r"\w")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -205,11 +228,22 @@ def _says_reached(body: str) -> bool:
     )
 
 
+def _corrected_subgoals(value: str) -> tuple[str, ...] | None:
+    """A reply's corrected subgoals (text, only ever parsed), or None unless each has content of its own: an empty
+    subgoal, the prompt's `...` placeholder echoed back, a dangling `Subgoal 2:` or a line running on into the
+    next field (`Subgoal 1: Add; Corrected Actions: R1 = ...`) is no plan."""
+    try:
+        subgoals = tuple(parse_subgoals(value))
+    except FormatError:
+        return None
+    return None if any(not _WORD.search(s) or _RUN_ON.search(s) for s in subgoals) else subgoals
+
+
 def parse_verdict(text: str) -> tuple[str, tuple[str, ...] | None, str | None]:
     """(kind, corrected subgoals, corrected actions) from a critic's reply.
 
     kind is "reached", "corrected" (subgoals and/or actions may still be None when their line is
-    missing or malformed) or "unparseable". A `Corrected Actions:` line wins over a stray
+    missing or malformed, `_corrected_subgoals`) or "unparseable". A `Corrected Actions:` line wins over a stray
     "final answer reached" in the chatter, because a correction is the more specific claim.
     """
     body = _strip_reasoning(text)
@@ -220,12 +254,7 @@ def parse_verdict(text: str) -> tuple[str, tuple[str, ...] | None, str | None]:
         if match and match["field"].lower() not in fields:
             fields[match["field"].lower()] = _field_value(lines, index, match["value"])
     actions = fields.get("actions") or None
-    subgoals: tuple[str, ...] | None = None
-    if fields.get("subgoals"):
-        try:
-            subgoals = tuple(parse_subgoals(fields["subgoals"]))
-        except FormatError:
-            subgoals = None
+    subgoals = _corrected_subgoals(fields["subgoals"]) if fields.get("subgoals") else None
     if actions is not None:
         return "corrected", subgoals, actions
     if _says_reached(body):
@@ -258,6 +287,10 @@ class LLMCritic:
     judgement the sample can be neither trusted nor corrected. `stats` is cumulative: calls,
     retries, failures by kind (every failed call, plus unparseable replies), and the items left
     unjudged by each budget (budget_exhausted: calls, time_exhausted: seconds).
+
+    A correction's subgoals are the reply's `Corrected Subgoals` line, renumbered with its actions; a reply
+    whose actions parse but whose plan does not gives None (the recipe keeps the candidate's), and one
+    corrected to the gold actions (no actions, or none that parse) gets the gold plan with them.
     """
 
     name = "llm"
@@ -296,12 +329,14 @@ class LLMCritic:
             self._count_failure("unparseable")
             return _gold_verdict(item.task, "unparseable verdict")
         if actions is None:
-            return _gold_verdict(item.task, "critic gave no corrected actions; gold used", subgoals)
+            return _gold_verdict(item.task, "critic gave no corrected actions; gold used")
         try:
-            corrected = reindex(format_actions(parse_actions(actions)))
+            formatted = format_actions(parse_actions(actions))
         except FormatError:
-            return _gold_verdict(item.task, "critic's corrected actions do not parse; gold used", subgoals)
-        return Verdict(False, corrected, subgoals, "critic: corrected")
+            return _gold_verdict(item.task, "critic's corrected actions do not parse; gold used")
+        rename = renumbering(formatted)
+        subgoals = tuple(map(rename, subgoals)) if subgoals else None
+        return Verdict(False, rename(formatted), subgoals, "critic: corrected")
 
     def _call(self, prompt: str) -> str | Verdict:
         """The reply text, or the verdict for an item the critic could not judge."""

@@ -7,7 +7,8 @@
                  pair lowest (chosen) with highest (rejected); drop small gaps
                  DPO the planner on the pairs (reference = planner before the stage)
         stage 2  the grounder writes actions for every (task, candidate)
-                 a critic keeps successes and corrects failures (subgoals stay the candidate's)
+                 a critic keeps successes and corrects failures (subgoals stay the candidate's,
+                 or become the critic's corrected ones: `moat.critic_subgoals`)
                  SFT the grounder on that data mixed 1:1 with its initial data
         evaluate
 
@@ -38,6 +39,7 @@ import torch
 from rich.console import Console
 
 from coalign.config import RunConfig
+from coalign.config.moat import RETIRED_KEY
 from coalign.core import ranks
 from coalign.core.errors import RunError
 from coalign.core.jsonl import read_jsonl
@@ -45,7 +47,7 @@ from coalign.core.runs import Run, read_json, value_digest, write_json, write_js
 from coalign.formats.answers import answer_correct
 from coalign.formats.lumos import FormatError, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.moat.cold_start import check_models, cold_starts, train_agent
-from coalign.moat.critic import CriticInput, make_critic, verdict_counts
+from coalign.moat.critic import CriticInput, Verdict, make_critic, verdict_counts
 from coalign.moat.data import load_split, round_tasks
 from coalign.moat.evaluate import evaluate_run
 from coalign.moat.output_room import check_room
@@ -298,9 +300,22 @@ def grounding_stage(run: Run, r: int, config: RunConfig, grounder: str, units, c
 
 def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundings) -> list[dict]:
     """Stage 2b: the critic's verdict on each grounding (kept, corrected or dropped). Onetime groundings go
-    to the configured critic (`moat.critic`), web turns to the per-turn one (`moat.turn_critic`)."""
+    to the configured critic (`moat.critic`), web turns to the per-turn one (`moat.turn_critic`). A row's
+    subgoals are the candidate's, or under `moat.critic_subgoals: corrected` a correction's own (the record's
+    `corrected_subgoals` counts the rows stage 2 trains with those)."""
     units = _units(units)
     path, m = _file(run, r, "verdicts.jsonl"), config.moat
+    corrected = m.critic_subgoals == "corrected"
+
+    def takes(verdict: Verdict) -> bool:
+        """Whether the row's subgoals are the critic's."""
+        return corrected and bool(verdict.corrected_subgoals)
+
+    def subgoals(candidate: list[str], verdict: Verdict) -> list[str]:
+        return list(verdict.corrected_subgoals) if takes(verdict) else candidate
+
+    def counts(verdicts: list[Verdict]) -> dict:
+        return {**verdict_counts(verdicts), "corrected_subgoals": sum(bool(v.actions) and takes(v) for v in verdicts)}
 
     def judge() -> dict:
         critic = make_critic(m.critic, **m.critic_options)
@@ -321,9 +336,7 @@ def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundi
         rows = [
             {
                 "id": item.task.id,
-                "subgoals": list(v.corrected_subgoals or item.subgoals)
-                if m.use_corrected_subgoals
-                else list(item.subgoals),
+                "subgoals": subgoals(list(item.subgoals), v),
                 "generated": item.actions,
                 "success": v.success,
                 "actions": v.actions,
@@ -335,7 +348,7 @@ def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundi
         turn_rows = [
             {
                 **unit.key,
-                "subgoals": [turn_subgoal(c)],
+                "subgoals": subgoals([turn_subgoal(c)], v),
                 "generated": a,
                 "success": v.success,
                 "actions": v.actions,
@@ -348,9 +361,9 @@ def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundi
             ordered += [next(sources[unit.turn is None]) for _ in cands]
         write_jsonl(path, ordered)
         stats = ranks.summed(getattr(critic, "stats", {}))  # calls, retries, failures: every rank's
-        info = {**verdict_counts(verdicts + turn_verdicts), "critic": critic.name, **stats}
+        info = {**counts(verdicts + turn_verdicts), "critic": critic.name, **stats}
         if turn_verdicts:
-            info["turns"] = verdict_counts(turn_verdicts)
+            info["turns"] = counts(turn_verdicts)
         if ordered and not info["usable"]:  # not marked done: a rerun asks the critic again
             raise RunError(
                 f"round {r} stage 2: the {critic.name} critic gave no verdict to train on ({info}). "
@@ -360,13 +373,15 @@ def critic_stage(run: Run, r: int, config: RunConfig, units, candidates, groundi
         return info
 
     inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "groundings.jsonl")]
-    depends_on = _dependencies(config, ("critic", "critic_options", "use_corrected_subgoals"), units=_digest(units))
+    # `original` is recorded as run folders made before `critic_subgoals` record it (same rows): they resume
+    mode = {"critic_subgoals": m.critic_subgoals} if corrected else {RETIRED_KEY: False}
+    depends_on = _dependencies(config, ("critic", "critic_options"), units=_digest(units), **mode)
     run.stage(f"round{r}_critic", judge, [path], inputs=inputs, depends_on=depends_on)
     return _rows(path)
 
 
 def _critic_example(verdict: dict, units: dict, tasks: dict):
-    """The SFT example a verdict row gives: (grounder prompt with the candidate's subgoals, kept or corrected
+    """The SFT example a verdict row gives: (grounder prompt with the row's subgoals, kept or corrected
     actions); for a web turn the prompt is the grounder's gold conversation before the turn and the subgoal."""
     if "turn" in verdict:
         return units[verdict["id"], verdict["turn"]].grounder_prompt_for(verdict["subgoals"][0]), verdict["actions"]

@@ -14,7 +14,8 @@ grounder read says was done), then the turn's actions run in it:
   than the gold one does not (a stricter rule than the episode's reward, stated).
 
 A wrong turn is corrected to the gold actions of that turn (its R-numbers already continue the gold prefix's),
-next to the candidate's subgoal, as the onetime execution critic keeps the candidate's subgoals (Algorithm 1).
+with the turn's gold subgoal as its corrected subgoal: stage 2 trains on it in place of the candidate's when
+`moat.critic_subgoals` is `corrected`, as for the onetime execution critic.
 The "none" critic keeps every turn as generated. The paper's LLM critic has no per-turn prompt here (its
 prompt judges whole action sequences against a final answer, which a web turn has not): `judge_turns`
 refuses it, and `moat_rounds` refuses it before any work for a round with web tasks.
@@ -42,11 +43,13 @@ def _at_turn(task: Task, turn: int):
 
 def judge_turn(task: Task, turn: int, actions: str) -> Verdict:
     """The execution critic's verdict on the grounder's `actions` for turn `turn` (from 1) of a web task, by
-    the episode's own rule (`Episode.judge_turn`)."""
+    the episode's own rule (`Episode.judge_turn`); a wrong turn is corrected to the gold turn."""
     episode, groups = _at_turn(task, turn)
     gold = groups[turn - 1]
     right, note = episode.judge_turn(list(gold), actions)
-    return Verdict(True, actions, note=note) if right else Verdict(False, format_actions(list(gold)), note=note)
+    if right:
+        return Verdict(True, actions, note=note)
+    return Verdict(False, format_actions(list(gold)), (task.subgoals[turn - 1].strip(),), note)
 
 
 def judge_turns(critic: str, items: Sequence[tuple[Task, int, str]]) -> list[Verdict]:

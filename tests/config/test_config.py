@@ -252,3 +252,31 @@ def test_a_bounded_pilotrl_context_is_read_and_refused_beside_grpo_stages():
     assert "history" not in PilotRLSettings().model_dump()  # run folders from before it still match
     with pytest.raises(ValueError, match="pilotrl.history: null"):
         PilotRLSettings(history=1, rl=GRPOSettings())
+
+
+def test_critic_subgoals_is_saved_only_when_corrected_and_replaces_a_key_old_run_folders_hold(tmp_path):
+    import yaml
+
+    from coalign.config import config_to_yaml
+    from coalign.core.runs import Run
+    from coalign.training.setup import record_config
+
+    today = load_config("tiny")
+    assert today.moat.critic_subgoals == "original" and "critic_subgoals" not in config_to_yaml(today)
+    corrected = load_config("tiny", {"moat": {"critic_subgoals": "corrected"}})
+    assert yaml.safe_load(config_to_yaml(corrected))["moat"]["critic_subgoals"] == "corrected"
+    old = yaml.safe_load(config_to_yaml(today))
+    old["moat"]["use_corrected_subgoals"] = False  # as every run folder saved its config before the setting
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    assert load_config(tmp_path / "old.yaml") == today
+    run = Run(tmp_path / "run")
+    run.path("config.yaml").write_text((tmp_path / "old.yaml").read_text())
+    run.mark_done("planner_sft", [])  # made under the old config
+    record_config(run, today)  # resumes: no SystemExit
+    assert run.path("config.yaml").read_text() == config_to_yaml(today)
+    with pytest.raises(SystemExit, match=r"moat.critic_subgoals: <unset> -> corrected"):
+        record_config(run, corrected)
+    with pytest.raises(ConfigError, match=r"use_corrected_subgoals is now critic_subgoals"):
+        load_config("tiny", {"moat": {"use_corrected_subgoals": True}})
+    with pytest.raises(ConfigError, match=r"moat.critic_subgoals"):
+        load_config("tiny", {"moat": {"critic_subgoals": "gold"}})

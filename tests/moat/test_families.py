@@ -140,6 +140,7 @@ def test_execution_critic_corrects_a_qa_grounding_with_the_whole_gold_plan():
     for verdict in (corrected, failed):
         assert not verdict.success and verdict.actions == right  # gold numbering is already R1, R2, ...
         assert execute(verdict.actions, "qa").answer == task.answer
+        assert verdict.corrected_subgoals == task.subgoals  # the whole gold plan, for `critic_subgoals: corrected`
     assert corrected.note == "wrong answer" and failed.note.startswith("execution failed")
 
 

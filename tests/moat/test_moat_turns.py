@@ -205,11 +205,29 @@ def test_the_site_critic_keeps_a_right_step_and_corrects_a_wrong_one(site) -> No
         page = "Env" if t == 1 else f"R{t - 1}"
         wrong = judge_turn(site, t, f"R{t} = CLICK({page}, QUERY: zzqx vvwy)")
         assert not wrong.success and wrong.actions == gold and "wrong step" in wrong.note
+        assert wrong.corrected_subgoals == (site.subgoals[t - 1].strip(),) and kept.corrected_subgoals is None
     extra = judge_turn(site, 1, "; ".join([*groups[0], groups[1][0]]))  # also takes turn 2's step
     assert not extra.success and "2 steps" in extra.note
     last = len(groups)
     past = judge_turn(site, last, "; ".join([*groups[-1], groups[-1][0].replace(f"R{last}", f"R{last + 1}", 1)]))
     assert not past.success  # an action past the last step fails the turn
+
+
+@pytest.mark.parametrize("mode", ["original", "corrected"])
+def test_a_wrong_turn_trains_the_gold_turn_with_the_modes_subgoal(site, mode, tmp_path) -> None:
+    units = task_units(site)
+    candidates = [[planner_turn(u.turn, "Look around")] * 2 for u in units]
+    groundings = [[u.gold_actions(), "R9 = CLICK(Env, QUERY: zzqx)"] for u in units]
+    config = load_config("tiny", {"moat": {"k": 2, "critic_subgoals": mode}})
+    rows = moat.critic_stage(Run(tmp_path), 1, config, units, candidates, groundings)
+    by_turn = {(u.task.id, u.turn): u for u in units}
+    for u, (right, wrong) in zip(units, zip(rows[::2], rows[1::2])):
+        subgoal = site.subgoals[u.turn - 1].strip() if mode == "corrected" else "Look around"
+        assert (right["success"], right["subgoals"]) == (True, ["Look around"])
+        assert (wrong["success"], wrong["actions"], wrong["subgoals"]) == (False, u.gold_actions(), [subgoal])
+        assert moat._critic_example(wrong, by_turn, {})[0] == u.grounder_prompt_for(subgoal)
+    record = Run(tmp_path).stage_info("round1_critic")
+    assert record["turns"]["corrected_subgoals"] == (len(units) if mode == "corrected" else 0)
 
 
 def test_the_shop_critic_judges_a_turn_by_its_result(shop) -> None:
