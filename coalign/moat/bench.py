@@ -5,6 +5,7 @@
         lumos           the baseline at MOAT's training budget (matched SFT rounds on gold data)
         moat            Algorithm 1
         moat_no_stage1  / moat_no_stage2 / moat_no_critic: the paper's ablations
+        moat_corrected  MOAT whose critic pairs corrected actions with corrected subgoals
         moat_k{K}       MOAT with K candidates per task (the K sweep, Figure 3)
     results.json, report.md (Tables 2, 3 and 4 analogues, the premise and the capability gap)
     and rounds.png / k_sweep.png
@@ -69,6 +70,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "moat_no_stage1": ("moat", {"stage1": False}),
     "moat_no_stage2": ("moat", {"stage2": False}),
     "moat_no_critic": ("moat", {"critic": "none", "critic_options": {}}),  # an llm critic's options do not fit "none"
+    "moat_corrected": ("moat", {"critic_subgoals": "corrected"}),  # corrected actions with corrected subgoals (A.3)
 }
 SWEEP = ("moat_k", "moat", "k")  # `moat_k8`: recipe moat with moat.k = 8 (the K sweep, Figure 3)
 ROUND_ONLY = frozenset(s for entry in BENCHED.values() for s in entry.round_sections)

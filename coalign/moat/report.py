@@ -26,6 +26,7 @@ NAMES = {
     "moat_no_stage1": "MOAT w/o stage 1",
     "moat_no_stage2": "MOAT w/o stage 2",
     "moat_no_critic": "MOAT w/o critic",
+    "moat_corrected": "MOAT (corrected)",
 }
 COLD = "Lumos (cold start)"
 PLOT_NAMES = {"lumos": "Lumos (matched budget)"}  # the plots have room for the long name

@@ -196,6 +196,8 @@ def test_recipe_configs():
     assert recipe_config(base, "moat_no_stage1", 3).moat.stage1 is False
     assert recipe_config(base, "moat_no_stage2", 3).moat.stage2 is False
     assert recipe_config(base, "moat_no_critic", 3).moat.critic == "none"
+    assert recipe_config(base, "moat_corrected", 3).moat.critic_subgoals == "corrected"
+    assert recipe_config(base, "moat", 3).moat.critic_subgoals == "original"
     critic = {"critic": "llm", "critic_options": {"base_url": "http://x", "model": "m"}}
     llm = load_config("tiny", {**BENCH, "moat": {**BENCH["moat"], **critic}})
     assert recipe_config(llm, "moat_no_critic", 3).moat.critic_options == {}  # llm options do not fit "none"
