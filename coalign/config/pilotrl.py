@@ -113,9 +113,9 @@ class PilotRLSettings(Settings):
         None,
         ge=0,
         description="a bounded context, as the authors' executor prompt: each turn after the first sees the task, "
-        "the plan so far, the last action with its observation and this many turns before it, in the SFT episodes "
-        "and the evaluation (0: the authors'); null: the whole episode. GRPO's rollouts train on the whole "
-        "episode as one sequence, so a config with `rl` needs null",
+        "the plan so far, the last action with its observation and this many turns before it, in the SFT episodes, "
+        "the evaluation and GRPO's rollouts, each turn then trained in its own context (0: the authors'); null: "
+        "the whole episode",
     )
     batch_size: int = Field(32, ge=1)
     plan_llm: dict = Field(
@@ -137,11 +137,11 @@ class PilotRLSettings(Settings):
             if other:
                 mode = stages[other[0]]
                 raise ValueError(f"GRPO stage {other[0]!r} runs {mode} episodes, not pilotrl.mode {self.mode}")
-        if self.rl and self.history is not None:
+        if self.rl and self.history is not None and self.rl.beta > 0:
             raise ValueError(
-                f"pilotrl.history {self.history}: GRPO's rollouts train each episode as one sequence, the whole "
-                "episode as context; a bounded context would train on contexts the model never saw. Set "
-                "pilotrl.history: null (the whole episode) with pilotrl.rl"
+                f"pilotrl.history {self.history} with pilotrl.rl.beta {self.rl.beta}: a bounded context trains each "
+                "turn in its own context, and the KL term's reference log-probs are not computed per turn; set "
+                "rl.beta: 0 (the paper's) or pilotrl.history: null"
             )
         used = self.train_tasks + (self.rl.tasks if self.rl else 0)
         if used > self.eval_seed:

@@ -123,7 +123,7 @@ def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tup
         init, executor = (cold, model) if stage.separate else (model, None)
         spec = RolloutSpec(
             stage.mode, rl.update_every, stage.guided, stage.train,
-            settings.max_new_tokens, settings.max_context, settings.batch_size,
+            settings.max_new_tokens, settings.max_context, settings.batch_size, settings.history,
         )  # fmt: skip
 
         def train(init: str = init, out: Path = out, stage=stage, spec: RolloutSpec = spec, executor=executor) -> dict:
@@ -141,7 +141,8 @@ def grpo_stages(run: Run, config: RunConfig, cold: str, console: Console) -> tup
             record = {"tasks": len(rows), "steps": log["steps"], "grpo_stage": stage.name}
             return {**record, "judge": judge.stats} if judge else record
 
-        trained = {**training_dependencies(rl, config.seed, config.lora, rows), "rollout": dataclasses.asdict(spec)}
+        rollout = {k: v for k, v in dataclasses.asdict(spec).items() if k != "history" or v is not None}  # as before it
+        trained = {**training_dependencies(rl, config.seed, config.lora, rows), "rollout": rollout}
         del trained["training"]["order"]  # the stages before this one are its input checkpoint
         inputs = [init, *([executor] if executor else [])]
         run.stage(f"grpo{i}_{name}", train, [out], inputs=inputs, depends_on=trained)

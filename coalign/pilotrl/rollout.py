@@ -13,6 +13,10 @@ were sampled. An episode's budget is the runtime's `max_context` (the trainer cu
 from a rollout function). An episode that stops after an observation (out of context) ends with the
 model's last turn instead: the observation after it has nothing to train, and a completion ending on
 it would look truncated to `mask_truncated_completions`.
+
+With a bounded context (`RolloutSpec.history`) each turn was written in a context of its own, so one sequence
+cannot hold the episode: the rollout also returns each turn's (context, turn, trained mask), and the trainer
+trains every turn in its own context with its episode's advantage (`training.grpo.StageTrainer`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from coalign.core.errors import RunError
 from coalign.envs import make_env
 from coalign.formats.adaplan import first_message
 from coalign.models.turn_writers import cut_after_eos
-from coalign.pilotrl.runtime import Episode, expert_guide, run_episodes
+from coalign.pilotrl.runtime import Episode, Segment, expert_guide, run_episodes
 from coalign.training.common import as_one_process
 
 TRAINS = ("all", "plan", "action")  # which generated tokens a stage trains
@@ -47,6 +51,7 @@ class RolloutSpec:
     max_new_tokens: int = 160
     max_context: int = 2048
     batch_size: int = 32
+    history: int | None = None  # a bounded context (`runtime`): each turn trained in the context it was given
 
     def __post_init__(self) -> None:
         if self.train not in TRAINS:
@@ -69,7 +74,7 @@ def prompt_rows(tasks: Sequence[tuple[str, int]], mode: str) -> list[dict]:
     return rows
 
 
-def trained_mask(episode: Episode, train: str) -> list[int]:
+def trained_mask(episode: Episode | Segment, train: str) -> list[int]:
     """1 on the tokens a stage trains: all generated ones, or only those of plan blocks, or only the rest."""
     if train == "all":
         return list(episode.mask)
@@ -81,7 +86,9 @@ def trained_mask(episode: Episode, train: str) -> list[int]:
 def rollout_rows(episodes: Sequence[Episode], train: str, eos_id: int) -> dict:
     """TRL's rollout output for finished episodes: prompt, the rest as the completion, the trained mask.
     An episode that generated nothing (its prompt left no room) gets one untrained end-of-sequence token,
-    as the trainer reads every completion's last token."""
+    as the trainer reads every completion's last token. Bounded-context episodes also give `turns`: per
+    episode, each turn's (context, turn ids, trained mask), which the trainer trains in place of the row
+    (`training.grpo.StageTrainer`); the row itself is then the episode's last context and turn."""
     prompt_ids, completion_ids, env_mask = [], [], []
     for episode in episodes:
         # through the last turn taken, an executor's rest included (so that the row ends on its end of turn),
@@ -90,13 +97,16 @@ def rollout_rows(episodes: Sequence[Episode], train: str, eos_id: int) -> dict:
         prompt_ids.append(episode.ids[:n])
         completion_ids.append(episode.ids[n:end] if end > n else [eos_id])
         env_mask.append(trained_mask(episode, train)[n:end] if end > n else [0])
-    return {
+    rows = {
         "prompt_ids": prompt_ids,
         "completion_ids": completion_ids,
         "logprobs": None,
         "env_mask": env_mask,
         "episode": [e.to_json() for e in episodes],
     }
+    if any(e.history is not None for e in episodes):  # each turn in its own context (`training.grpo.turn_rows`)
+        rows["turns"] = [[(s.context, s.turn, trained_mask(s, train)) for s in e.segments] for e in episodes]
+    return rows
 
 
 def make_rollout_func(rows: Sequence[dict], spec: RolloutSpec, executor=None) -> Callable[[list, object], dict]:
@@ -127,6 +137,7 @@ def make_rollout_func(rows: Sequence[dict], spec: RolloutSpec, executor=None) ->
                 model, tokenizer, chosen, spec.mode, spec.every, spec.max_new_tokens, spec.max_context,
                 spec.batch_size, temperature=trainer.args.temperature, top_p=trainer.args.top_p,
                 progress=False, guide=expert_guide if spec.guided else None, executor=executor, writer=writer,
+                history=spec.history,
             )  # fmt: skip
         if writer is not None:
             writer.finish()  # other ranks' episodes may still call vLLM, which under several processes takes every rank

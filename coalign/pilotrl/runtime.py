@@ -41,6 +41,18 @@ from coalign.models.turn_writers import TurnWriter, generate_turns, hf_turns
 from coalign.models.turns import encode_segment, segments
 
 
+@dataclass(frozen=True)
+class Segment:
+    """One turn of a bounded-context episode as trained: the context the model was given, the ids the turn added
+    after it (a guide's opening, the model's part, an executor's rest), which of those the model generated and
+    which belong to its plan block."""
+
+    context: list[int]
+    turn: list[int]
+    mask: list[int]
+    plan_mask: list[int]
+
+
 @dataclass
 class Episode:
     """One task's episode and everything needed to score or train on it."""
@@ -62,6 +74,7 @@ class Episode:
     history: int | None = None  # a bounded context: the turns shown before the last one (None: the whole episode)
     task: str = ""  # the task as a bounded context states it
     recent: list[tuple[str, str]] = field(default_factory=list)  # a bounded context's last actions, observations
+    segments: list[Segment] = field(default_factory=list)  # a bounded context's turns, each with its own context
 
     @property
     def running(self) -> bool:
@@ -98,6 +111,7 @@ def _open_context(tokenizer, episode: Episode, text: str) -> None:
     (segment,) = segments(tokenizer, episode.messages)
     ids = encode_segment(tokenizer, segment.text, first=True)
     episode.ids, episode.mask, episode.plan_mask, episode.prompt_length = ids, [0] * len(ids), [0] * len(ids), len(ids)
+    episode.turn_end = len(ids)  # no turn taken in this context yet
 
 
 def _append_context(episode: Episode, piece: list[int]) -> None:
@@ -337,5 +351,8 @@ def apply_turn(tokenizer, episode: Episode, turn: Turn, every: int, max_new_toke
         text += tokenizer.decode(turn.rest, skip_special_tokens=True)
         last = turn.rest
     episode.turn_end = len(episode.ids)
+    if episode.history is not None:  # the context is opened anew after the turn: keep what the turn was given
+        n = episode.prompt_length
+        episode.segments.append(Segment(episode.ids[:n], episode.ids[n:], episode.mask[n:], episode.plan_mask[n:]))
     room = turn_room(max_new_tokens, turn.rest is not None)
     take_turn(tokenizer, episode, turn.opening + text, begin, last, every, max_context, room)

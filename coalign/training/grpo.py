@@ -13,14 +13,15 @@ import contextlib
 import importlib.util
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import torch
 from datasets import Dataset
 from torch.utils.data import Sampler
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import RepeatSampler
+from trl.trainer.utils import RepeatSampler, pad
 
 from coalign.config import GRPOSettings, LoraSettings
 from coalign.core.errors import RunError
@@ -76,6 +77,55 @@ class StageTrainer(GRPOTrainer):
             )
         sampler.__class__ = EpochSampler  # TRL's arguments, our epochs
         return sampler
+
+    def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
+        """TRL's generation batch; where the rollout gave `turns` (a bounded context: each turn written in a
+        context of its own), every turn a row of its own with its episode's advantage (`turn_rows`)."""
+        batch = super()._generate_and_score_completions(inputs)
+        turns = [row.get("turns") for row in inputs]
+        if all(t is None for t in turns):
+            return batch
+        computed = sorted({"old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"} & batch.keys())
+        if computed:  # computed on the episodes' rows, which the turns replace
+            raise RunError(f"a bounded context trains per turn, which {', '.join(computed)} would not follow: "
+                           "keep rl.beta 0 and one generation per optimizer step")  # fmt: skip
+        if self.args.mask_truncated_completions:  # a turn cut off before its end of turn trains nothing
+            turns = [[(c, t, m if t[-1:] and t[-1] in self.eos_token_ids else [0] * len(m)) for c, t, m in row]
+                     for row in turns]  # fmt: skip
+        steps = self.args.steps_per_generation if self.model.training else 1
+        rows = turn_rows(turns, batch["advantages"], self._tokenizer.pad_token_id, self.eos_token_ids[0], steps)
+        trained = rows["completion_mask"] * rows["tool_mask"]
+        rows["num_items_in_batch"] = self.accelerator.gather(trained.sum()).sum()
+        return {**batch, **rows}
+
+
+def turn_rows(
+    turns: Sequence[Sequence[tuple[Sequence[int], Sequence[int], Sequence[int]]]],
+    advantages: torch.Tensor,
+    pad_id: int,
+    eos_id: int,
+    multiple: int = 1,
+) -> dict[str, torch.Tensor]:
+    """Each row's turns (context ids, turn ids, trained mask) as rows of their own, in TRL's generation-batch
+    tensors, each with its row's advantage. Under TRL's token-level loss (`dapo`, its default: the batch's loss
+    is the sum over its trained tokens divided by their count) this is the objective of the episodes trained
+    whole, every token scored in the context it was sampled in. Padded with untrained one-token rows to a
+    multiple of `multiple` rows: TRL splits a generation batch into that many equal steps and drops the rest."""
+    rows = [(c, t, m, a) for row, a in zip(turns, advantages.tolist(), strict=True) for c, t, m in row]
+    rows += [([eos_id], [eos_id], [0], 0.0)] * (-len(rows) % multiple or (0 if rows else multiple))
+    device = advantages.device
+
+    def stacked(values: list[Sequence[int]], side: str, fill: int) -> torch.Tensor:
+        return pad([torch.tensor(list(v), dtype=torch.long) for v in values], fill, side).to(device)
+
+    return {
+        "prompt_ids": stacked([c for c, *_ in rows], "left", pad_id),
+        "prompt_mask": stacked([[1] * len(c) for c, *_ in rows], "left", 0),
+        "completion_ids": stacked([t for _, t, *_ in rows], "right", pad_id),
+        "completion_mask": stacked([[1] * len(t) for _, t, *_ in rows], "right", 0),
+        "tool_mask": stacked([m for *_, m, _ in rows], "right", 0),
+        "advantages": torch.tensor([a for *_, a in rows], dtype=advantages.dtype, device=device),
+    }
 
 
 def vllm_name(generation, name: str) -> str:

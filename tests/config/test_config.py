@@ -239,9 +239,9 @@ def test_grpo_stages_come_from_the_curriculum(tmp_path):
     assert load_config(path, {"pilotrl": {"mode": "react"}}).pilotrl.rl.order == ["vanilla"]
 
 
-def test_a_bounded_pilotrl_context_is_read_and_refused_beside_grpo_stages():
-    """`pilotrl.history` bounds SFT episodes and evaluation; GRPO's rollouts train whole episodes as one
-    sequence, so the two together are refused with what to set."""
+def test_a_bounded_pilotrl_context_is_read_and_refused_beside_a_kl_term():
+    """`pilotrl.history` bounds SFT episodes, evaluation and GRPO's rollouts; the KL term's reference log-probs
+    are not computed per turn, so a bounded context with rl.beta > 0 is refused with what to set."""
     from coalign.config import GRPOSettings, PilotRLSettings
     from coalign.pilotrl.recipe import training_episodes
 
@@ -250,8 +250,9 @@ def test_a_bounded_pilotrl_context_is_read_and_refused_beside_grpo_stages():
     assert [r["turn"] for r in rows if r["seed"] == 0] == list(range(sum(r["seed"] == 0 for r in rows)))
     assert all(len(r["messages"]) == 2 for r in rows) and len(rows) > 2
     assert "history" not in PilotRLSettings().model_dump()  # run folders from before it still match
-    with pytest.raises(ValueError, match="pilotrl.history: null"):
-        PilotRLSettings(history=1, rl=GRPOSettings())
+    assert PilotRLSettings(history=1, rl=GRPOSettings()).rl.beta == 0
+    with pytest.raises(ValueError, match="rl.beta: 0"):
+        PilotRLSettings(history=1, rl=GRPOSettings(beta=0.1))
 
 
 def test_critic_subgoals_is_saved_only_when_corrected_and_replaces_a_key_old_run_folders_hold(tmp_path):

@@ -4,6 +4,7 @@ and the recipe runs its stages in order and resumes between them."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -101,6 +102,69 @@ def test_the_trainers_loss_mask_is_the_rollouts_and_masked_tokens_get_no_gradien
     grad = hidden["x"].grad.abs().sum(-1)[:, -width - 1 : -1]  # column k predicts completion token k
     assert torch.all(grad[ours == 0] == 0)
     assert torch.all(grad[ours == 1] > 0)
+
+
+def test_a_bounded_context_trains_each_turn_in_the_context_it_was_given(init, tmp_path):
+    """With `history`, the generation batch holds one row per turn: its context as the runtime gave it (the task,
+    the plan, the last observation: never the whole episode), the turn as sampled, the stage's trained tokens,
+    and its episode's advantage; the token count that normalises the loss is theirs."""
+    stage = STAGES["joint"]
+    rows = prompt_rows([("toy", 0), ("toy", 1)], "adaplan")
+    tokenizer = load_tokenizer(init)
+    spec = RolloutSpec(stage.mode, 1, stage.guided, stage.train, max_new_tokens=12, max_context=400, history=0)
+    rollout = make_rollout_func(rows, spec)
+    seen = {}
+
+    def recording(prompts, trainer):
+        seen.update(rollout(prompts, trainer))
+        return seen
+
+    def varied(episode, **_):
+        return [float(i % 2) for i in range(len(episode))]
+
+    trainer = StageTrainer(model=load_model(init, dtype="float32"), reward_funcs=[varied],
+                           args=grpo_config(GRPOSettings(**RL), 1.0, tmp_path, 0, [1.0], 64),
+                           train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                           rollout_func=recording)  # fmt: skip
+    batch = trainer._generate_and_score_completions([dict(r) for r in [rows[0], rows[0], rows[1], rows[1]]])
+    turns = [turn for episode in seen["turns"] for turn in episode]
+    assert len(turns) == batch["prompt_ids"].shape[0] > 4 and len(seen["turns"]) == 4
+    signs = [-1.0, 1.0, -1.0, 1.0]  # rewards 0, 1 in each group
+    assert batch["advantages"].sign().tolist() == [s for s, e in zip(signs, seen["turns"]) for _ in e]
+    for k, (context, turn, trained) in enumerate(turns):
+        assert batch["prompt_ids"][k, -len(context) :].tolist() == context
+        assert batch["completion_ids"][k, : len(turn)].tolist() == turn
+        assert (batch["tool_mask"] * batch["completion_mask"])[k, : len(turn)].tolist() == trained
+        assert tokenizer.decode(context).count("Observation:") <= 1  # the last one only
+    assert batch["num_items_in_batch"] == sum(sum(m) for *_, m in turns) > 0
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    assert torch.isfinite(trainer.compute_loss(trainer.model, batch))
+
+
+def test_a_bounded_context_stage_trains_through_the_training_loop(init, tmp_path, monkeypatch):
+    """A stage with `history` run by the trainer's own loop, a generation batch split over 4 accumulation steps
+    (its turn rows padded to whole steps): the weights move and the gradient is not zero."""
+    monkeypatch.setattr(curriculum, "reward_functions", _sampled_rewards)
+    stage = STAGES["joint"]
+    settings = GRPOSettings(**{**RL, "batch_size": 1, "grad_accum": 4, "epochs": {"joint": 1}})
+    spec = dataclasses.replace(_spec(stage), history=0)
+    out = grpo_stage(init, tmp_path / "bounded", prompt_rows(KILL_ROWS[:2], "adaplan"), stage, settings, spec)
+    log = read_json(out / "train_log.json")
+    assert log["steps"] == 1 and log["history"][0]["grad_norm"] > 0
+    start = _weights(init)
+    assert any(not torch.equal(start[k], w) for k, w in _weights(out).items())
+
+
+def test_turn_rows_pad_to_whole_steps_with_untrained_rows():
+    turns = [[([5, 6], [7, 2], [1, 0])], [([5], [8], [1]), ([5, 9, 9], [2], [1])]]
+    rows = grpo_module.turn_rows(turns, torch.tensor([0.5, -1.0]), pad_id=0, eos_id=2, multiple=2)
+    assert rows["prompt_ids"].tolist() == [[0, 5, 6], [0, 0, 5], [5, 9, 9], [0, 0, 2]]
+    assert rows["completion_ids"].tolist() == [[7, 2], [8, 0], [2, 0], [2, 0]]
+    assert rows["tool_mask"].tolist() == [[1, 0], [1, 0], [1, 0], [0, 0]]
+    assert rows["completion_mask"].tolist() == [[1, 1], [1, 0], [1, 0], [1, 0]]
+    assert rows["advantages"].tolist() == [0.5, -1.0, -1.0, 0.0]
+    assert grpo_module.turn_rows([[]], torch.tensor([1.0]), 0, 2, multiple=3)["prompt_ids"].shape[0] == 3
 
 
 def _weights(path):
