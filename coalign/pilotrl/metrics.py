@@ -9,9 +9,9 @@ from coalign.pilotrl.rewards import first_plan_correct, first_plan_progress
 
 def summarise(episodes: list[dict]) -> dict:
     """Success rate (%), mean reward, steps and generated tokens per task, the share of turns written in
-    the format (%, 0 when no turn was taken), how episodes stopped and, for AdaPlan, the share of first
-    plans that solve their task followed on their own (%): a planning failure told from an acting one, and how
-    far they get toward it (%, the graded correctness: `rewards.first_plan_progress`)."""
+    the format (%, 0 when no turn was taken), how episodes stopped (and the share out of context, %) and, for
+    AdaPlan, the share of first plans that solve their task followed on their own (%): a planning failure told
+    from an acting one, and how far they get toward it (%, the graded correctness: `rewards.first_plan_progress`)."""
     n = len(episodes)
     adaplan = all(e.get("mode") == "adaplan" for e in episodes)
     stops: dict[str, int] = {}
@@ -26,6 +26,7 @@ def summarise(episodes: list[dict]) -> dict:
         "tokens": sum(e["tokens"] for e in episodes) / n,
         "well_formed": 100 * sum(not t["errors"] for t in turns) / len(turns) if turns else 0.0,
         "stops": stops,
+        "context_stops": 100 * stops.get("context", 0) / n,
         "plan_correct": 100 * sum(first_plan_correct(e) for e in episodes) / n if adaplan else None,
         "plan_progress": 100 * sum(first_plan_progress(e) for e in episodes) / n if adaplan else None,
     }
@@ -33,7 +34,7 @@ def summarise(episodes: list[dict]) -> dict:
 
 def split_average(per_env: dict[str, dict], names: list[str]) -> dict:
     """Unweighted mean over a split's environments (the paper's ID / OOD averages)."""
-    keys = ("success", "reward", "steps", "tokens", "well_formed", "plan_correct", "plan_progress")
+    keys = ("success", "reward", "steps", "tokens", "well_formed", "context_stops", "plan_correct", "plan_progress")
     if not names:
         return {}
     return {

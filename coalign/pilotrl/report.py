@@ -190,6 +190,9 @@ def report_markdown(results: dict, curves: str = "") -> str:
         " malformed), the GRPO format reward's measure:",
         success_table(results, "well_formed"),
     ]
+    if any("context_stops" in b["heldin"] for v in results["runs"] for b in _runs(results, v)):
+        parts += ["Episodes stopped because their context was full (%, `pilotrl.max_context`):",
+                  success_table(results, "context_stops")]  # fmt: skip
     if any(b["heldin"].get("plan_correct") is not None for v in results["runs"] for b in _runs(results, v)):
         parts += [
             "First plans that solve their task when followed step by step on their own (%, AdaPlan: the plan "

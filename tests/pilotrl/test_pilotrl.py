@@ -109,10 +109,12 @@ def test_summaries_average_each_measure():
         "tokens": 70.0,
         "well_formed": 75.0,
         "stops": {"success": 1, "limit": 1},
+        "context_stops": 0.0,
         "plan_correct": None,
         "plan_progress": None,
     }  # no AdaPlan episode: no plan to judge
     assert summarise([{**rows[1], "turns": []}])["well_formed"] == 0.0
+    assert summarise([{**rows[1], "stop": "context"}, rows[0]])["context_stops"] == 50.0
 
 
 def test_a_recipe_without_data_is_refused_unless_pilotrl():

@@ -134,6 +134,21 @@ def test_first_plan_correctness_gets_a_table_for_adaplan_runs_only():
     assert "SFT (ReAct)" not in heldin + heldout
 
 
+def test_context_stops_get_a_table_where_the_runs_measured_them():
+    assert "context was full" not in report_markdown(RESULTS)  # runs evaluated before the measure
+    stopped = {
+        seed: {"k1": {**run["k1"], "heldin": {**run["k1"]["heldin"], "context_stops": 40.0},
+                      "heldout": {**run["k1"]["heldout"], "context_stops": 0.0},
+                      "envs": {"a": {**run["k1"]["envs"]["a"], "context_stops": 40.0},
+                               "b": {**run["k1"]["envs"]["b"], "context_stops": 0.0}}}}
+        for seed, run in RESULTS["runs"]["adaplan"].items()
+    }  # fmt: skip
+    text = report_markdown({**RESULTS, "runs": {**RESULTS["runs"], "adaplan": stopped}})
+    heldin = text[text.index("context was full") :].split("\n\n")[1]
+    assert "| SFT (AdaPlan) | 40.0 ± 0.0 | 40.0 ± 0.0 |" in heldin
+    assert "| SFT (ReAct) | - | - |" in heldin  # a run evaluated before the measure
+
+
 @pytest.mark.parametrize("name", [*HELDIN, *HELDOUT])
 @pytest.mark.parametrize("mode", ["adaplan", "react"])
 def test_expert_episodes_parse_on_every_environment(name, mode):
