@@ -442,7 +442,7 @@ def _suite(family: str):
 
 
 def _suite_splits(family: str) -> tuple[str, ...]:
-    """The splits of a bundled generator: every one's, and the maths suite's composed stories."""
+    """The splits of a bundled generator: every one's, and the maths suite's composed stories and near set."""
     from coalign.tasks.maths_suite import MATHS_SPLITS, SPLITS
 
     return MATHS_SPLITS if family == "maths" else SPLITS

@@ -16,7 +16,8 @@ DATA_FOLDER = Path(__file__).resolve().parent.parent / "data"  # coalign/data: t
 class DataSource(Settings):
     """One set of tasks.
 
-    kind `suite` / `qa_suite` / `web_suite`: the bundled maths / QA / web generator (split, n, seed);
+    kind `suite` / `qa_suite` / `web_suite`: the bundled maths / QA / web generator (split, n, seed; split
+    `near`, the maths suite's held-in structures in new words, is a second held-out set);
     `gsm8k` / `svamp` / `strategyqa` / `hotpotqa`: the public files at `path`; `mind2web`: a Mind2Web
     JSON file or a folder of them at `path`; `webshop`: a WebShop data folder at `path` (the QA and
     web ones have no gold plans: evaluation only); `lumos`: Agent Lumos `messages` JSONL, onetime or
@@ -32,7 +33,7 @@ class DataSource(Settings):
     ]
     path: Path | None = None
     grounder_path: Path | None = None
-    split: Literal["train", "heldin", "heldout"] | None = None
+    split: Literal["train", "heldin", "heldout", "near"] | None = None
     n: int | None = Field(None, ge=1)
     seed: int = 0
     subgoals: Literal["written", "deferred"] = Field(
@@ -71,6 +72,8 @@ class DataSource(Settings):
         generated = self.kind in GENERATED_KINDS
         if generated and (self.split is None or self.n is None):
             raise ValueError(f"kind '{self.kind}' needs 'split' and 'n'")
+        if self.split == "near" and self.kind != "suite":
+            raise ValueError(f"split 'near' is the maths suite's only (kind 'suite'), not for kind '{self.kind}'")
         if not generated and self.path is None:
             raise ValueError(f"kind '{self.kind}' needs 'path'")
         if self.kind == "lumos" and self.grounder_path is None:
@@ -108,6 +111,14 @@ class DataSettings(Settings):
         description="leave out data rows that fail validation (counted by reason, reported and recorded in the "
         "run) instead of stopping at the first; a source with no task left still stops the run",
     )
+
+    @model_validator(mode="after")
+    def _near_held_out(self) -> "DataSettings":
+        """The near set measures transfer to new words: trained on, or scored as held in, it measures nothing."""
+        for split in ("train", "heldin"):
+            if any(source.split == "near" for source in getattr(self, split)):
+                raise ValueError(f"split 'near' is a held-out set: list it under data.heldout, not data.{split}")
+        return self
 
 
 class EvalSettings(Settings):

@@ -40,7 +40,7 @@ from coalign.envs import HELDIN, HELDOUT, make_env
 from coalign.pretraining.corpus import CorpusSettings, build_corpus, gsm8k_documents
 from coalign.tasks import Task
 from coalign.tasks.gsm8k import load_gsm8k
-from coalign.tasks.maths_suite import SPLITS
+from coalign.tasks.maths_suite import NEAR, SPLITS, generate_suite
 from coalign.tasks.sources import GENERATORS
 from coalign.tasks.svamp import load_svamp
 
@@ -243,12 +243,14 @@ def environment_probes(label: str, name: str, seeds: Iterable[int]) -> dict[str,
 
 def generated_probes(tasks: int = 3000, env_tasks: int = 50, suite_seed: int = 0) -> dict[str, list[Probe]]:
     """The bundled suites (`sources.GENERATORS`: maths, QA, web): `tasks` of each split at `suite_seed` (3000
-    and seed 0 cover every bundled config). PilotRL's environments: `env_tasks` training seeds (from 0) of the
-    held-in ones and `env_tasks` evaluation seeds (from `pilotrl.eval_seed`) of all six."""
+    and seed 0 cover every bundled config), and the maths suite's near held-out set. PilotRL's environments:
+    `env_tasks` training seeds (from 0) of the held-in ones and `env_tasks` evaluation seeds (from
+    `pilotrl.eval_seed`) of all six."""
     probes: dict[str, list[Probe]] = {}
     for kind, generate in GENERATORS.items():
         for split in SPLITS:
             probes |= task_probes(f"{kind.replace('_', '-')}-{split}", generate(split, tasks, suite_seed))
+    probes |= task_probes(f"suite-{NEAR}", generate_suite(NEAR, tasks, suite_seed))
     eval_seed = PilotRLSettings().eval_seed
     for name in (*HELDIN, *HELDOUT):
         if name in HELDIN:

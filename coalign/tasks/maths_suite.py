@@ -16,6 +16,11 @@ nothing else.
 
 "composed" (the planner's `data.composed_stories`, off by default) recombines the held-in events in
 new ways, never into a structure a held-out template builds (`structure_keys`).
+
+"near" is a held-out set one step from training: held-in templates told with a surface no task of the
+other splits uses (`NEAR_SURFACE`: names, items, verbs, numbers above their held-in ranges, more and new
+distractors), so it tests reading a story told in new words, where "heldout" tests new structures.
+`Surface` holds its difficulty knobs; `generate_near` draws it with other ones.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from coalign.tasks import Task
 
 SPLITS = ("train", "heldin", "heldout")  # every bundled suite's; the maths suite also has COMPOSED (training only)
 COMPOSED = "composed"
-MATHS_SPLITS = (*SPLITS, COMPOSED)
+NEAR = "near"  # the maths suite's second held-out set: held-in structures, a new surface
+MATHS_SPLITS = (*SPLITS, COMPOSED, NEAR)
 STYLES = ("explicit", "descriptive", "vague")
 STYLE_WEIGHTS: dict[str, float] = {"explicit": 0.55, "descriptive": 0.25, "vague": 0.20}
 VAGUE_SUBGOALS = ("Work out the next step", "Find the total", "Calculate the answer", "Compute the result")
@@ -82,6 +88,84 @@ _KINDS: dict[str, _Kind] = {
     ),
 }
 _THINGS = ("kite", "ball", "hat", "cup", "bag", "game")  # priced objects in distractors and savings stories
+
+
+@dataclass(frozen=True)
+class Surface:
+    """What a story is told with, its structure aside: the near split's difficulty knobs.
+
+    `kinds` has `_KINDS`'s keys (templates pick a kind by name), each kind's first `lose` clause `_GIVE`.
+    `number_scale` above 1 draws every number above its held-in range, up to that many times its top (2 to 6
+    bags becomes 7 to 12); 1 keeps the held-in ranges. `distractors` are more irrelevant sentences beside the
+    held-in ones: (held-in range of n, text with {person}, {thing} and {n})."""
+
+    names: tuple[str, ...]
+    kinds: dict[str, _Kind]
+    things: tuple[str, ...]
+    number_scale: float
+    distractor_counts: dict[int, float]
+    out_of_order_rate: float
+    distractors: tuple[tuple[tuple[int, int], str], ...] = ()
+
+    def numbers(self, lo: int, hi: int) -> tuple[int, int]:
+        """The range a number of held-in range lo..hi is drawn from."""
+        return (hi + 1, max(hi + 1, round(hi * self.number_scale))) if self.number_scale > 1 else (lo, hi)
+
+
+HELDIN_SURFACE = Surface(NAMES, _KINDS, _THINGS, 1.0, DISTRACTOR_COUNTS, OUT_OF_ORDER_RATE)
+# Names from the pretraining corpus's list (`pretraining.words`); items, verbs, priced things and distractors
+# no task of the other splits uses (a test checks).
+_NEAR_NAMES = (
+    "Ada", "Amir", "Bea", "Cato", "Dara", "Eli", "Hana", "Ines", "Jun", "Kai",
+    "Mara", "Milo", "Noor", "Pia", "Quin", "Rafi", "Uma", "Wren", "Yara", "Zeno",
+)  # fmt: skip
+NEAR_SURFACE = Surface(
+    names=_NEAR_NAMES,
+    kinds={
+        "fruit": _Kind(
+            ("peaches", "cherries", "figs", "limes"),
+            ("gather", "gathered", "gathering"),
+            (_GIVE, ("traded {n} {item}", "trading some"), ("dropped {n} {item}", "dropping some")),
+        ),
+        "collect": _Kind(
+            ("coins", "badges", "feathers", "pebbles", "buttons", "ribbons"),
+            ("win", "won", "winning"),
+            (_GIVE, ("misplaced {n} {item}", "misplacing some")),
+        ),
+        "baked": _Kind(
+            ("pies", "tarts", "scones", "biscuits"),
+            ("make", "made", "making"),
+            (_GIVE, ("served {n} {item}", "serving some"), ("dropped {n} {item}", "dropping some")),
+        ),
+        "school": _Kind(
+            ("erasers", "rulers", "notebooks", "markers"),
+            ("order", "ordered", "ordering"),
+            (_GIVE, ("used up {n} {item}", "using some up")),
+        ),
+    },
+    things=("lantern", "basket", "candle", "scarf", "drum", "clock"),
+    number_scale=2.0,
+    distractor_counts={0: 0.15, 1: 0.45, 2: 0.30, 3: 0.10},  # held in: 0.70 a task, here 1.35
+    out_of_order_rate=OUT_OF_ORDER_RATE,
+    distractors=(
+        ((10, 60), "{person} lives {n} miles from the market."),
+        ((2, 40), "{person} spent {n} minutes on the bus."),
+        ((2, 30), "The {thing} was {n} dollars cheaper last week."),
+    ),
+)
+
+
+class _Teller(random.Random):
+    """A seeded random source that carries the surface its stories are told with."""
+
+    def __init__(self, seed: str, surface: Surface) -> None:
+        super().__init__(seed)
+        self.surface = surface
+
+
+def _surface(rng: random.Random) -> Surface:
+    return rng.surface if isinstance(rng, _Teller) else HELDIN_SURFACE
+
 
 # --------------------------------------------------------------------------- steps and subgoals
 
@@ -260,20 +344,21 @@ class _Draft:
 
 
 def _num(rng: random.Random, lo: int = 2, hi: int = 60) -> int:
-    return rng.randint(lo, hi)
+    return rng.randint(*_surface(rng).numbers(lo, hi))
 
 
 def _people(rng: random.Random, k: int) -> list[str]:
-    return rng.sample(NAMES, k)
+    return rng.sample(_surface(rng).names, k)
 
 
 def _kind(rng: random.Random, *names: str) -> tuple[_Kind, str]:
-    kind = _KINDS[rng.choice(names or tuple(_KINDS))]
+    kinds = _surface(rng).kinds
+    kind = kinds[rng.choice(names or tuple(kinds))]
     return kind, rng.choice(kind.items)
 
 
 def _shuffled(rng: random.Random) -> bool:
-    return rng.random() < OUT_OF_ORDER_RATE
+    return rng.random() < _surface(rng).out_of_order_rate
 
 
 # ---- held-in templates
@@ -413,7 +498,7 @@ def _packs_share(rng: random.Random) -> _Draft:
 def _bake_boxes(rng: random.Random) -> _Draft:
     """Trays baked, some sold, the rest boxed, some boxes given away: division in mid-chain."""
     p, q = _people(rng, 2)
-    item = rng.choice(_KINDS["baked"].items)
+    item = rng.choice(_surface(rng).kinds["baked"].items)
     t, c, b = _num(rng, 2, 6), _num(rng, 4, 12), _num(rng, 2, 6)
     sold = _num(rng, 2, 30) if rng.random() < 0.6 else 0
     gift = _num(rng, 2, 9) if rng.random() < 0.6 or not sold else 0
@@ -490,7 +575,7 @@ def _weekly_savings(rng: random.Random) -> _Draft:
     """Weekly savings, a purchase, then a second saver measured against what is left."""
     p, q = _people(rng, 2)
     a, w, b, k = _num(rng, 2, 20), _num(rng, 2, 8), _num(rng, 2, 40), _num(rng, 2, 5)
-    thing = rng.choice(_THINGS)
+    thing = rng.choice(_surface(rng).things)
     clock = _clock(rng, _MONTHS, 2)
     steps = _Steps()
     x = steps("*", a, w, f"how many dollars {p} saved")
@@ -826,25 +911,33 @@ HELDOUT_TEMPLATES: dict[str, Callable[[random.Random], _Draft]] = {
     "heldout_bags_compare": _bags_compare,
 }
 COMPOSED_TEMPLATES: dict[str, Callable[[random.Random], _Draft]] = {"composed": _composed}
+# class_teams names no item and one person: told near, its questions share 13-word runs with train's
+# (4 of 500 before it was left out, `tests/tasks/test_maths_suite.py`).
+NEAR_TEMPLATES = {name: template for name, template in HELDIN_TEMPLATES.items() if name != "class_teams"}
 
 # --------------------------------------------------------------------------- distractors
 
 
 def _distractor(rng: random.Random, draft: _Draft, used: set[int]) -> str:
-    """An irrelevant fact with a fresh number: an age, a price, or someone's count of another item."""
+    """An irrelevant fact with a fresh number: an age, a price, someone's count of another item, or one of
+    the surface's own."""
+    surface = _surface(rng)
     in_story = bool(draft.people) and rng.random() < 0.6
-    person = rng.choice(draft.people) if in_story else rng.choice(NAMES)
-    thing = rng.choice([t for t in _THINGS if t not in draft.question])
-    other = rng.choice([i for k in _KINDS.values() for i in k.items if i != draft.item and i not in draft.question])
+    person = rng.choice(draft.people) if in_story else rng.choice(surface.names)
+    thing = rng.choice([t for t in surface.things if t not in draft.question])
+    items = [i for k in surface.kinds.values() for i in k.items]
+    other = rng.choice([i for i in items if i != draft.item and i not in draft.question])
     options = [
         ((5, 15), f"{person} is {{n}} years old."),
         ((2, 40), f"A {thing} costs {{n}} dollars."),
         ((2, 60), f"{person} {'also has' if in_story else 'has'} {{n}} {other}."),
     ]
     if draft.item is not None:
-        outsider = rng.choice([x for x in NAMES if x not in draft.people])
+        outsider = rng.choice([x for x in surface.names if x not in draft.people])
         options.append(((2, 60), f"{outsider} has {{n}} {draft.item} at home."))
+    options += [(span, text.format(person=person, thing=thing, n="{n}")) for span, text in surface.distractors]
     (lo, hi), text = rng.choice(options)
+    lo, hi = surface.numbers(lo, hi)
     n = rng.choice([v for v in range(lo, hi + 1) if v not in used])
     used.add(n)
     return text.format(n=n)
@@ -890,22 +983,38 @@ def _draw(rng: random.Random, templates: dict[str, Callable[[random.Random], _Dr
             and len(numbers) == len(set(numbers))
             and _evaluate(draft.steps)
         ):
-            return name, draft, _weighted(rng, DISTRACTOR_COUNTS)
+            return name, draft, _weighted(rng, _surface(rng).distractor_counts)
 
 
 def generate_suite(split: str, n: int, seed: int = 0) -> list[Task]:
     """`n` tasks of `split`, the same for the same (split, n, seed); a longer list extends a shorter one."""
     if split not in MATHS_SPLITS:
         raise ValueError(f"unknown split {split!r}; known: {MATHS_SPLITS}")
+    if split == NEAR:
+        return generate_near(n, seed)
     rng = random.Random(f"coalign-suite/{split}/{seed}")
     templates = {"heldout": HELDOUT_TEMPLATES, COMPOSED: COMPOSED_TEMPLATES}.get(split, HELDIN_TEMPLATES)
+    return _tasks(split, n, rng, templates)
+
+
+def generate_near(n: int, seed: int = 0, surface: Surface = NEAR_SURFACE) -> list[Task]:
+    """`n` tasks of the near split: held-in templates (`NEAR_TEMPLATES`) told with `surface`; another
+    surface than the bundled `NEAR_SURFACE` measures what each knob costs a model before one is changed."""
+    return _tasks(NEAR, n, _Teller(f"coalign-suite/{NEAR}/{seed}", surface), NEAR_TEMPLATES)
+
+
+def _tasks(
+    split: str, n: int, rng: random.Random, templates: dict[str, Callable[[random.Random], _Draft]]
+) -> list[Task]:
+    """`n` distinct tasks drawn from `templates`; train, heldin and composed keep the questions their digest
+    gives them."""
     tasks: list[Task] = []
     seen: set[str] = set()
     while len(tasks) < n:
         name, draft, distractors = _draw(rng, templates)
         story = _with_distractors(rng, draft, distractors)
         question = " ".join([*(s.text for s in story), draft.question])
-        if question in seen or (split != "heldout" and _in_heldin(question) != (split == "heldin")):
+        if question in seen or (split in ("train", "heldin", COMPOSED) and _in_heldin(question) != (split == "heldin")):
             continue
         seen.add(question)
         style = _weighted(rng, STYLE_WEIGHTS)
@@ -913,7 +1022,7 @@ def generate_suite(split: str, n: int, seed: int = 0) -> list[Task]:
             Task(
                 id=f"suite-{split}-{len(tasks):05d}",
                 family="maths",
-                dataset="suite-heldout" if split == "heldout" else "suite-heldin",  # composed: scored as held-in
+                dataset=f"suite-{split}" if split in ("heldout", NEAR) else "suite-heldin",  # composed: as held-in
                 question=question,
                 subgoals=tuple(_subgoal(step, style, rng) for step in draft.steps),
                 actions=tuple(step.action(i) for i, step in enumerate(draft.steps, start=1)),

@@ -240,17 +240,17 @@ def test_data_suite_writes_the_qa_family_as_lumos_rows_that_load_back(tmp_path):
     assert runner.invoke(app, ["data", "suite", "--out", str(tmp_path), "--family", "web"]).exit_code == 2
 
 
-def test_data_suite_writes_the_maths_composed_stories_beside_the_three_splits(tmp_path):
+def test_data_suite_writes_the_maths_composed_stories_and_near_set_beside_the_three_splits(tmp_path):
     result = runner.invoke(app, ["data", "suite", "--out", str(tmp_path), "--n", "3"])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.glob("*.tasks.jsonl")) == [
-        f"{split}.tasks.jsonl" for split in ("composed", "heldin", "heldout", "train")
+        f"{split}.tasks.jsonl" for split in ("composed", "heldin", "heldout", "near", "train")
     ]
     rows = [json.loads(line) for line in (tmp_path / "composed.tasks.jsonl").read_text().splitlines()]
     assert [row["meta"]["template"] for row in rows] == ["composed"] * 3
     qa = tmp_path / "qa"
     assert runner.invoke(app, ["data", "suite", "--out", str(qa), "--n", "2", "--family", "qa"]).exit_code == 0
-    assert not (qa / "composed.tasks.jsonl").exists()
+    assert not (qa / "composed.tasks.jsonl").exists() and not (qa / "near.tasks.jsonl").exists()
 
 
 def test_check_gold_runs_a_bundled_suites_gold_plans_through_its_tools():

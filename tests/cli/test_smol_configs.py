@@ -35,14 +35,15 @@ def test_smol_trains_on_shipped_gsm8k_and_holds_out_svamp():
 
 
 def test_smol_suite_is_the_tiny_suite_s_splits_on_smollm2_generated_by_vllm():
-    """Where SmolLM2 has room: the bundled maths suite, held in and held out as `tiny` splits it, and vLLM writes
-    every sampled and evaluated turn."""
+    """Where SmolLM2 has room: the bundled maths suite, held in and held out (far and near) as `tiny` splits it,
+    and vLLM writes every sampled and evaluated turn."""
     config, tiny = load_config("smol-suite"), load_config("tiny")
     assert config.recipe == "lumos" and config.generation.backend == "vllm"
     assert config.models.planner == config.models.grounder == "smollm2-135m"
     for split in ("train", "heldin", "heldout"):
-        (source,), (tiny_source,) = getattr(config.data, split), getattr(tiny.data, split)
-        assert source.kind == tiny_source.kind == "suite" and source.split == tiny_source.split
+        sources, tiny_sources = getattr(config.data, split), getattr(tiny.data, split)
+        assert [(s.kind, s.split) for s in sources] == [(s.kind, s.split) for s in tiny_sources]
+        assert {s.kind for s in sources} == {"suite"}
     assert config.moat.tasks <= config.data.train[0].n
 
 

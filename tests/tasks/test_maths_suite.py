@@ -12,19 +12,29 @@ import pytest
 
 from coalign.formats.answers import numeric_match
 from coalign.formats.lumos import parse_action
+from coalign.pretraining.leakage import SKELETON_N, VERBATIM_N, corpus_index, probe_overlap
+from coalign.pretraining.words import FIRST_NAMES
 from coalign.tasks.maths_suite import (
     _KINDS,
     BLANK_SUBGOAL,
     COMPOSED,
+    HELDIN_SURFACE,
     HELDIN_TEMPLATES,
     HELDOUT_TEMPLATES,
+    MATHS_SPLITS,
     NAMES,
+    NEAR,
+    NEAR_SURFACE,
+    NEAR_TEMPLATES,
     SPLITS,
     STYLE_WEIGHTS,
     STYLES,
     VAGUE_SUBGOALS,
     _compose_once,
+    _tasks,
+    _Teller,
     blank_subgoals,
+    generate_near,
     generate_suite,
     heldout_structures,
     structure_keys,
@@ -174,15 +184,15 @@ def test_structure_keys_ignore_names_items_and_numbers_but_not_quantities():
 
 
 def test_ids_datasets_and_family_follow_the_split():
-    for split in (*SPLITS, COMPOSED):
+    for split in MATHS_SPLITS:
         tasks = _suite(split)
         assert [t.id for t in tasks] == [f"suite-{split}-{i:05d}" for i in range(len(tasks))]
-        assert {t.dataset for t in tasks} == {"suite-heldout" if split == "heldout" else "suite-heldin"}
+        assert {t.dataset for t in tasks} == {f"suite-{split}" if split in ("heldout", NEAR) else "suite-heldin"}
         assert {t.family for t in tasks} == {"maths"}
 
 
 def test_every_task_has_two_to_four_steps_each_with_a_subgoal_in_one_style():
-    for split in (*SPLITS, COMPOSED):
+    for split in MATHS_SPLITS:
         for task in _suite(split):
             assert 2 <= len(task.actions) <= 4 and task.meta["steps"] == len(task.actions)
             assert len(task.subgoals) == len(task.actions) == len(task.subgoal_styles)
@@ -197,7 +207,7 @@ def test_style_shares_are_near_the_module_constants():
 
 
 def test_actions_apply_one_operation_to_question_numbers_or_earlier_results():
-    for split in (*SPLITS, COMPOSED):
+    for split in MATHS_SPLITS:
         for task in _suite(split):
             numbers = set(re.findall(r"\b\d+\b", task.question))
             for i, (_, left, right) in enumerate(_operations(task), start=1):
@@ -209,21 +219,21 @@ def test_actions_apply_one_operation_to_question_numbers_or_earlier_results():
 
 
 def test_executing_the_gold_actions_gives_the_gold_answer_on_every_task():
-    for split in (*SPLITS, COMPOSED):
+    for split in MATHS_SPLITS:
         for task in _suite(split):
             trace = execute(task.actions, domain="maths")
             assert numeric_match(trace.answer, task.answer), (task.id, task.actions, trace.answer, task.answer)
 
 
 def test_answers_are_positive_integers_below_ten_thousand():
-    for split in (*SPLITS, COMPOSED):
+    for split in MATHS_SPLITS:
         for task in _suite(split):
             assert task.answer.isdigit() and 0 < int(task.answer) < 10_000, task.answer
 
 
 def test_explicit_subgoals_name_every_operand_while_descriptive_ones_name_no_number():
     seen = Counter()
-    for split in (*SPLITS, COMPOSED):
+    for split in MATHS_SPLITS:
         for task in _suite(split):
             style = task.subgoal_styles[0]
             seen[style] += 1
@@ -250,7 +260,7 @@ def _share(tasks, predicate) -> float:
 
 def test_the_decomposition_cannot_be_read_off_the_text():
     """A grounder that copies numbers in text order, or ignores which facts matter, should fail often."""
-    for split in (*SPLITS, COMPOSED):
+    for split in MATHS_SPLITS:
         tasks = _suite(split)
         assert _share(tasks, lambda t: t.meta["distractors"] > 0) > 0.4
         assert _share(tasks, lambda t: t.meta["out_of_order"]) > 0.3
@@ -266,6 +276,99 @@ def test_the_decomposition_cannot_be_read_off_the_text():
             return bool(ops & {"*", "/"}) and bool(ops & {"+", "-"})
 
         assert _share(tasks, mixes_operations) > 0.6
+
+
+# --------------------------------------------------------------------------- the near held-out set
+
+
+def test_near_is_the_same_for_the_same_size_and_seed_and_a_longer_list_extends_a_shorter_one():
+    first = generate_suite(NEAR, 200, seed=3)
+    assert [t.to_json() for t in first] == [t.to_json() for t in generate_suite(NEAR, 200, seed=3)]
+    assert [t.question for t in generate_suite(NEAR, 200, seed=4)] != [t.question for t in first]
+    assert generate_suite(NEAR, 300) == generate_suite(NEAR, 100) + generate_suite(NEAR, 300)[100:]
+    assert first == generate_near(200, seed=3)
+
+
+def _surface_words(surface) -> set[str]:
+    """The words a surface tells stories with: names, items, verbs (past and gerund), and priced things."""
+    words = {name.lower() for name in surface.names} | set(surface.things)
+    for kind in surface.kinds.values():
+        words |= set(kind.items) | set(kind.get[1:]) | {clause.split()[0] for clause, _ in kind.lose[1:]}
+    return words
+
+
+@cache
+def _words_of_the_other_splits() -> set[str]:
+    tasks = [*generate_suite("train", 3000), *generate_suite(COMPOSED, 1500), *_suite("heldin"), *_suite("heldout")]
+    return set().union(*(_words(" ".join([t.question, *t.subgoals])) for t in tasks))
+
+
+def test_near_tells_held_in_templates_in_words_no_other_split_uses():
+    near = _suite(NEAR)
+    assert {t.meta["template"] for t in near} == set(NEAR_TEMPLATES) < set(HELDIN_TEMPLATES)
+    assert set(NEAR_SURFACE.names) <= set(FIRST_NAMES)  # names a pretrained base has read
+    assert not _surface_words(NEAR_SURFACE) & _words_of_the_other_splits()
+    assert _surface_words(HELDIN_SURFACE) <= _words_of_the_other_splits()  # the check can fail
+    for task in near:  # every story names its people, and each is new; no held-in item is left in
+        assert not _NAME.search(task.question) and not _ITEM.search(task.question), task.question
+        assert _words(task.question) & _surface_words(NEAR_SURFACE), task.question
+
+
+def _numbers(tasks) -> list[int]:
+    return [int(n) for t in tasks for n in re.findall(r"\b\d+\b", t.question)]
+
+
+def test_near_numbers_lie_above_every_held_in_range_and_the_knob_takes_them_back():
+    assert NEAR_SURFACE.numbers(2, 6) == (7, 12) and HELDIN_SURFACE.numbers(2, 6) == (2, 6)
+    assert replace(NEAR_SURFACE, number_scale=1.05).numbers(2, 6) == (7, 7)  # never an empty range
+    top = max(_numbers(generate_suite("train", 3000)))
+    near = _numbers(_suite(NEAR))
+    assert sum(n > top for n in near) > 0.2 * len(near)
+    assert max(_numbers(generate_near(500, surface=replace(NEAR_SURFACE, number_scale=1.0)))) <= top
+
+
+def test_near_has_more_distractors_and_ones_of_its_own():
+    def distracted(task) -> bool:
+        return task.meta["distractors"] > 0
+
+    assert _share(_suite(NEAR), distracted) > _share(_suite("heldin"), distracted) + 0.2
+    own = [text.split("{n}")[1] for _, text in NEAR_SURFACE.distractors]  # " miles from the market." ...
+    assert all(any(words in t.question for t in _suite(NEAR)) for words in own)
+    assert not any(words in t.question for t in generate_suite("train", 3000) for words in own)
+
+
+def test_near_shares_no_question_text_with_training_but_its_structures():
+    """The leak check: no 13-word run (the contamination check's verbatim view) of a near question is in a
+    training question (train and composed); their skeletons (names and numbers as slots) are, by design."""
+    training = [t.question for t in [*generate_suite("train", 3000), *generate_suite(COMPOSED, 1500)]]
+    verbatim, skeletons = corpus_index(training, VERBATIM_N, False), corpus_index(training, SKELETON_N, True)
+    near = [t.question for t in _suite(NEAR)]
+    assert probe_overlap(verbatim, near)["leaked"] == 0
+    assert probe_overlap(skeletons, near)["share"] > 0.5
+    assert probe_overlap(verbatim, [t.question for t in _suite("heldin")])["share"] > 0.2  # the check can fail
+    # class_teams is left out of the near set: with one name and no item to tell anew, it would leak
+    teams = _tasks(NEAR, 300, _Teller("class_teams", NEAR_SURFACE), {"class_teams": HELDIN_TEMPLATES["class_teams"]})
+    assert probe_overlap(verbatim, [t.question for t in teams])["leaked"] > 0
+
+
+def test_near_is_a_held_out_set_of_the_maths_suite_beside_the_far_one_in_tiny_and_smol_suite():
+    from pydantic import ValidationError
+
+    from coalign.config import load_config
+    from coalign.config.data import DataSettings, DataSource
+
+    for name in ("tiny", "smol-suite"):
+        heldout = load_config(name).data.heldout
+        assert [(s.kind, s.split) for s in heldout] == [("suite", "heldout"), ("suite", NEAR)]
+        assert heldout[0].n == heldout[1].n
+    with pytest.raises(ValidationError, match="maths suite's only"):
+        DataSource(kind="qa_suite", split=NEAR, n=3)
+    near, train = {"kind": "suite", "split": NEAR, "n": 3}, {"kind": "suite", "split": "train", "n": 3}
+    with pytest.raises(ValidationError, match="under data.heldout, not data.train"):
+        DataSettings(train=[train, near])
+    with pytest.raises(ValidationError, match="under data.heldout, not data.heldin"):
+        DataSettings(train=[train], heldin=[near])
+    assert DataSettings(train=[train], heldout=[near]).heldout[0].split == NEAR
 
 
 def test_unknown_split_is_refused():
