@@ -15,7 +15,7 @@ RETIRED_KEY = "use_corrected_subgoals"  # `critic_subgoals: original` in configs
 class MoatSettings(Settings):
     """MOAT rounds (Algorithm 1). Defaults are the paper's; `tasks` subsamples the training set."""
 
-    new_keys = ("critic_subgoals",)
+    new_keys = ("critic_subgoals", "pairs_per_task", "dpo_held_aside")
 
     rounds: int = Field(2, ge=1)
     tasks: int | None = Field(None, ge=1, description="training tasks used per round (the first n); None = all")
@@ -28,6 +28,21 @@ class MoatSettings(Settings):
     )
     pair_threshold: float = Field(0.1, ge=0, description="drop a pair whose chosen/rejected gap is below this")
     pair_gap_on: Literal["nll", "ppl"] = Field("nll", description="gap measured on mean NLL (release) or on PPL")
+    pairs_per_task: int = Field(
+        1,
+        ge=1,
+        description="DPO pairs per task (web task: per turn) from its K candidates: the best against the worst "
+        "(the paper's one), then the best of the rest against the worst of the rest, ...; each candidate in one "
+        "pair at most, each gap at least pair_threshold (so at most k // 2)",
+    )
+    dpo_held_aside: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="share of the round's tasks whose pairs stage 1 keeps out of DPO, to measure what DPO learnt "
+        "on them: loss, reward margin and accuracy at the end of the stage (the same tasks every round, drawn from "
+        "the seed; at least one task when above 0); 0 = train on every pair",
+    )
     ground_temperature: float = Field(0.1, ge=0, description="stage-2 grounder sampling (release: 0.1)")
     ground_top_p: float = Field(0.95, gt=0, le=1)
     max_new_tokens_ground: int = Field(512, ge=1)
@@ -73,6 +88,11 @@ class MoatSettings(Settings):
             raise ValueError(
                 "k must be >= 2 when stage1 is on: a preference pair needs two candidates "
                 "(set moat.k >= 2, or moat.stage1: false)"
+            )
+        if self.stage1 and self.pairs_per_task > self.k // 2:
+            raise ValueError(
+                f"pairs_per_task {self.pairs_per_task} needs k >= {2 * self.pairs_per_task}: each pair takes two "
+                f"of a task's k={self.k} candidates"
             )
         if self.pair_gap_on == "ppl" and self.score_reduction == "sum":
             raise ValueError(

@@ -32,16 +32,36 @@ class SFTSettings(Settings):
     )
 
 
+# TRL's DPO losses but the two that need its label_smoothing (exo_pair, and robust, which is sigmoid without it)
+DPOLoss = Literal[
+    "sigmoid", "hinge", "ipo", "nca_pair", "bco_pair", "sppo_hard", "aot", "aot_unpaired", "apo_zero", "apo_down",
+    "discopop", "sft", "sigmoid_norm",
+]  # fmt: skip
+
+
 class DPOSettings(Settings):
     """Planner DPO (MOAT stage 1). Defaults: the paper's (lr 4e-7, batch 4 x 8, cosine, max length 1024)
     and the authors' release (beta 0.2 sigmoid, warmup 0.05, weight decay 1e-4, 1 epoch)."""
 
     new_keys = ("gradient_checkpointing",)
 
-    learning_rate: float = Field(4e-7, gt=0)
-    beta: float = Field(0.2, gt=0)
-    loss_type: str = "sigmoid"
-    epochs: float = Field(1.0, gt=0)
+    learning_rate: float = Field(
+        4e-7, gt=0, description="the paper's 4e-7 is for a 7B planner; a small one needs 10-100x that to move"
+    )
+    beta: float = Field(
+        0.2,
+        gt=0,
+        description="the implicit reward is beta x the log-ratio to the reference: a larger beta makes a change a "
+        "larger margin (a lower loss, a larger gradient) and keeps the planner nearer its reference (ipo: its tau)",
+    )
+    loss_type: DPOLoss = Field(
+        "sigmoid",
+        description="TRL's DPO loss (DPOConfig.loss_type): sigmoid (DPO; ln 2 at the start), ipo, hinge, "
+        "sigmoid_norm, nca_pair, bco_pair, sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop, sft",
+    )
+    epochs: float = Field(
+        1.0, gt=0, description="passes over the round's pairs: steps = epochs x pairs / (batch_size x grad_accum)"
+    )
     batch_size: int = Field(4, ge=1)
     grad_accum: int = Field(8, ge=1)
     max_length: int = Field(1024, ge=16)

@@ -7,6 +7,8 @@
         moat_no_stage1  / moat_no_stage2 / moat_no_critic: the paper's ablations
         moat_corrected  MOAT whose critic pairs corrected actions with corrected subgoals
         moat_k{K}       MOAT with K candidates per task (the K sweep, Figure 3)
+        any of these+section.key=value[+...]: it with settings of its rounds changed (a sweep:
+                        moat+planner_dpo.beta=0.05, moat+moat.pairs_per_task=2+planner_dpo.epochs=4)
     results.json, report.md (Tables 2, 3 and 4 analogues, the premise and the capability gap)
     and rounds.png / k_sweep.png
 
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from coalign.config import RunConfig
@@ -73,18 +76,47 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "moat_corrected": ("moat", {"critic_subgoals": "corrected"}),  # corrected actions with corrected subgoals (A.3)
 }
 SWEEP = ("moat_k", "moat", "k")  # `moat_k8`: recipe moat with moat.k = 8 (the K sweep, Figure 3)
+SET = "+"  # `moat+planner_dpo.beta=0.05`: variant moat with planner_dpo.beta 0.05 (any round setting's sweep)
 ROUND_ONLY = frozenset(s for entry in BENCHED.values() for s in entry.round_sections)
 
 
-def bench_variant(name: str) -> tuple[str, dict]:
-    """(recipe, overrides of its config section) that a bench variant's name stands for; ValueError if none."""
+def _named_variant(name: str) -> tuple[str, dict]:
+    """(recipe, {section: overrides}) of a named variant or a K of the sweep; ValueError if none."""
     if name in VARIANTS:
-        return VARIANTS[name]
+        recipe_name, overrides = VARIANTS[name]
+        section = BENCHED[recipe_name].section
+        return recipe_name, {section: dict(overrides)} if section and overrides else {}
     prefix, recipe_name, key = SWEEP
     if name.startswith(prefix) and name[len(prefix) :].isdigit():
-        return recipe_name, {key: int(name[len(prefix) :])}
-    known = ", ".join([*VARIANTS, f"{prefix}<{key.upper()}>"])
+        return recipe_name, {"moat": {key: int(name[len(prefix) :])}}
+    known = ", ".join([*VARIANTS, f"{prefix}<{key.upper()}>", f"any of them{SET}section.key=value"])
     raise ValueError(f"unknown moat bench variant {name!r}; known: {known}")
+
+
+def bench_variant(name: str) -> tuple[str, dict]:
+    """(recipe, {config section: overrides}) that a bench variant's name stands for; ValueError if none.
+
+    `NAME+section.key=value+...` is variant NAME with those settings (values read as YAML), so one bench sweeps
+    them side by side from shared cold starts: a section only the recipe's rounds read (`Benched.round_sections`),
+    since the cold start, shared with the other variants, ignores the variant's settings."""
+    base, *sets = name.split(SET)
+    recipe_name, overrides = _named_variant(base)
+    allowed = BENCHED[recipe_name].round_sections
+    for item in sets:
+        path, sep, value = item.partition("=")
+        section, _, key = path.partition(".")
+        if not (sep and key) or "." in key or "/" in item:
+            raise ValueError(f"bench variant {name!r}: {item!r} is not section.key=value")
+        if section not in allowed:
+            raise ValueError(
+                f"bench variant {name!r}: {section} is not a setting of {recipe_name}'s rounds "
+                f"({', '.join(allowed)}); change the cold start's with --set"
+            )
+        try:
+            overrides.setdefault(section, {})[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ValueError(f"bench variant {name!r}: the value of {path} is not YAML: {value!r}") from None
+    return recipe_name, overrides
 
 
 def recipe_config(config: RunConfig, name: str, seed: int) -> RunConfig:
@@ -92,9 +124,8 @@ def recipe_config(config: RunConfig, name: str, seed: int) -> RunConfig:
     (`bench_variant`: `moat_no_stage1` is recipe moat with moat.stage1 false)."""
     recipe_name, overrides = bench_variant(name)
     data = config.model_dump()
-    section = BENCHED[recipe_name].section
-    if section:
-        data[section] = {**data[section], **overrides}
+    for section, values in overrides.items():
+        data[section] = {**data[section], **values}
     data.update(seed=seed, recipe=recipe_name, name=f"{config.name}-{name}")
     return RunConfig.model_validate(data)
 

@@ -8,8 +8,9 @@ lower PPL goes with true success; the paper never measures it, `point_biserial` 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -55,6 +56,30 @@ def select_pair(scores: Sequence[float], threshold: float = 0.1, gap_on: Literal
     if gap == 0 or gap < threshold:
         return None
     return Pair(chosen=chosen, rejected=rejected, chosen_score=low, rejected_score=high, gap=gap)
+
+
+def select_pairs(
+    scores: Sequence[float], n: int = 1, threshold: float = 0.1, gap_on: Literal["nll", "ppl"] = "nll"
+) -> list[Pair]:
+    """Up to `n` pairs, no candidate in two: `select_pair`'s, then `select_pair` of the candidates left, and so
+    on, until one falls under the threshold. More pairs from the same K samples, each as wide as it can be."""
+    left, pairs = list(range(len(scores))), []
+    while len(pairs) < n and (pair := select_pair([scores[i] for i in left], threshold, gap_on)):
+        chosen, rejected = left[pair.chosen], left[pair.rejected]
+        pairs.append(replace(pair, chosen=chosen, rejected=rejected))
+        left = [i for i in left if i not in (chosen, rejected)]
+    return pairs
+
+
+def held_aside(task_ids: Iterable[str], share: float, seed: int) -> frozenset[str]:
+    """The tasks whose pairs DPO never trains on, to measure it on (`moat.dpo_held_aside`): `share` of them,
+    at least one when above 0 and at most all but one, drawn from `seed` alone, so every round of a run (its
+    units are the same each round) and a resumed run hold aside the same tasks."""
+    ids = sorted(set(task_ids))
+    if share == 0 or len(ids) < 2:
+        return frozenset()
+    count = min(len(ids) - 1, max(1, round(share * len(ids))))
+    return frozenset(random.Random(f"dpo-held-aside-{seed}").sample(ids, count))
 
 
 def _ppl_gap(low: float, high: float) -> float:

@@ -5,7 +5,8 @@
         stage 1  sample K subgoal sequences per task from the planner
                  score each by the grounder's NLL of the gold actions given it
                  pair lowest (chosen) with highest (rejected); drop small gaps
-                 DPO the planner on the pairs (reference = planner before the stage)
+                 DPO the planner on the pairs (reference = planner before the stage), but those
+                 of the tasks held aside (`moat.dpo_held_aside`), on which DPO is measured
         stage 2  the grounder writes actions for every (task, candidate)
                  a critic keeps successes and corrects failures (subgoals stay the candidate's,
                  or become the critic's corrected ones: `moat.critic_subgoals`)
@@ -51,7 +52,7 @@ from coalign.moat.critic import CriticInput, Verdict, make_critic, verdict_count
 from coalign.moat.data import load_split, round_tasks
 from coalign.moat.evaluate import evaluate_run
 from coalign.moat.output_room import check_room
-from coalign.moat.pairs import auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
+from coalign.moat.pairs import auc, held_aside, no_pair_advice, point_biserial, select_pairs, unpaired_counts
 from coalign.moat.sample import sample_completions
 from coalign.moat.scoring import score_completions
 from coalign.moat.sft_data import grounder_data
@@ -193,34 +194,36 @@ def score_stage(run: Run, r: int, config: RunConfig, grounder: str, units, candi
 
 
 def pair_stage(run: Run, r: int, config: RunConfig, units, candidates, scores) -> list[dict]:
-    """Stage 1c: chosen = lowest NLL, rejected = highest; pairs under the gap threshold dropped. A web turn's
-    pair has the planner's gold conversation so far as its prompt."""
+    """Stage 1c: chosen = lowest NLL, rejected = highest (`moat.pairs_per_task` > 1: then the best and worst of
+    the rest, ...); pairs under the gap threshold dropped. A web turn's pair has the planner's gold conversation
+    so far as its prompt."""
     units = _units(units)
     path, m = _file(run, r, "pairs.jsonl"), config.moat
+    n = m.pairs_per_task
 
     def pair() -> dict:
         rows, values = [], [[s[m.score_reduction] for s in unit_scores] for unit_scores in scores]
         paired = []
         for unit, cands, unit_values in zip(units, candidates, values):
-            pair = None if None in unit_values else select_pair(unit_values, m.pair_threshold, m.pair_gap_on)
-            paired.append(pair is not None)
-            if pair is not None:
-                prompt = unit.planner_prompt()
-                rows.append(
-                    {
-                        **unit.key,
-                        "prompt": prompt if isinstance(prompt, str) else list(prompt),
-                        "chosen": cands[pair.chosen],
-                        "rejected": cands[pair.rejected],
-                        "gap": pair.gap,
-                    }
-                )
+            pairs = [] if None in unit_values else select_pairs(unit_values, n, m.pair_threshold, m.pair_gap_on)
+            paired.append(len(pairs))
+            prompt = unit.planner_prompt()
+            rows += [
+                {
+                    **unit.key,
+                    "prompt": prompt if isinstance(prompt, str) else list(prompt),
+                    "chosen": cands[pair.chosen],
+                    "rejected": cands[pair.rejected],
+                    "gap": pair.gap,
+                }
+                for pair in pairs
+            ]
         write_jsonl(path, rows)
 
         def counts(of: list[int]) -> dict:
-            kept = sum(paired[i] for i in of)
+            kept = sum(bool(paired[i]) for i in of)  # units with a pair
             return {
-                "pairs": kept,
+                "pairs": sum(paired[i] for i in of),
                 "kept_fraction": kept / max(1, len(of)),
                 **unpaired_counts([values[i] for i in of], kept),
             }
@@ -228,41 +231,67 @@ def pair_stage(run: Run, r: int, config: RunConfig, units, candidates, scores) -
         return _turn_info(units, counts(list(range(len(units)))), counts)
 
     inputs = [_file(run, r, "candidates.jsonl"), _file(run, r, "scores.jsonl")]
-    depends_on = _dependencies(config, ("score_reduction", "pair_threshold", "pair_gap_on"), units=_digest(units))
+    more = {"pairs_per_task": n} if n > 1 else {}  # absent at the paper's one, as in run folders made before it
+    depends_on = _dependencies(
+        config, ("score_reduction", "pair_threshold", "pair_gap_on"), units=_digest(units), **more
+    )
     run.stage(f"round{r}_pairs", pair, [path], inputs=inputs, depends_on=depends_on)
     return _rows(path)
 
 
-def dpo_stage(run: Run, r: int, config: RunConfig, planner: str, pairs: list[dict], console: Console) -> str:
-    """Stage 1d: DPO the planner on every pair (onetime plans and web turns together); with no pair left,
-    the planner is kept as it is."""
+def _triple(pair: dict) -> tuple:
+    """A pair row as DPO takes it: (prompt, chosen, rejected), a web turn's conversation as a tuple."""
+    prompt = pair["prompt"]
+    return prompt if isinstance(prompt, str) else tuple(prompt), pair["chosen"], pair["rejected"]
+
+
+def dpo_stage(
+    run: Run,
+    r: int,
+    config: RunConfig,
+    planner: str,
+    pairs: list[dict],
+    console: Console,
+    aside: frozenset[str] = frozenset(),
+) -> str:
+    """Stage 1d: DPO the planner on every pair (onetime plans and web turns together) but those of the tasks
+    held `aside` (`pairs.held_aside`), which measure it: the record's `eval` holds the trained planner's DPO loss,
+    reward margin and accuracy on them (`training.dpo.HELD_ASIDE`). With no pair left, the planner is kept."""
     stage, out = f"round{r}_dpo", run.path("checkpoints", f"round{r}_planner")
+    trained = [p for p in pairs if p["id"] not in aside]
+    held = [p for p in pairs if p["id"] in aside]
+    measured = {"held_aside_tasks": len(aside), "held_aside_pairs": len(held)} if aside else {}
 
     def train() -> dict:
-        if not pairs:
+        if not trained:
             m = config.moat
-            advice = no_pair_advice(run.stage_info(f"round{r}_pairs"), m.pair_threshold, m.pair_gap_on)
+            advice = (
+                f"every pair's task is held aside (moat.dpo_held_aside={m.dpo_held_aside:g})"
+                if pairs
+                else no_pair_advice(run.stage_info(f"round{r}_pairs"), m.pair_threshold, m.pair_gap_on)
+            )
             console.print(f"[yellow]round {r} stage 1: {advice}; DPO skipped, planner unchanged[/yellow]")
-            return {"pairs": 0, "path": planner, "skipped": advice}
-        console.print(f"[bold]round {r} stage 1[/bold]: DPO on {len(pairs)} pairs")
+            return {"pairs": 0, "path": planner, "skipped": advice, **measured}
+        aside_note = f", {len(held)} held aside" if aside else ""
+        console.print(f"[bold]round {r} stage 1[/bold]: DPO on {len(trained)} pairs{aside_note}")
         dpo(
             planner,
-            [
-                (p["prompt"] if isinstance(p["prompt"], str) else tuple(p["prompt"]), p["chosen"], p["rejected"])
-                for p in pairs
-            ],
+            [_triple(p) for p in trained],
             out,
             config.planner_dpo,
             config.seed,
             trust_remote_code=config.models.trust_remote_code,
             lora=config.lora,
             key="planner_dpo",
+            held_aside=[_triple(p) for p in held],
         )
-        return {"pairs": len(pairs), "path": str(out), **read_json(out / "train_log.json")}
+        return {"pairs": len(trained), "path": str(out), **read_json(out / "train_log.json"), **measured}
 
     inputs = [planner, _file(run, r, "pairs.jsonl")]
-    depends_on = training_dependencies(config.planner_dpo, config.seed, config.lora, pairs)
-    run.stage(stage, train, [out] if pairs else [], inputs=inputs, depends_on=depends_on)
+    depends_on = training_dependencies(config.planner_dpo, config.seed, config.lora, trained)
+    if aside:  # absent without, as in run folders made before held-aside pairs
+        depends_on["held_aside"] = value_digest(held)
+    run.stage(stage, train, [out] if trained else [], inputs=inputs, depends_on=depends_on)
     return str(out) if run.stage_info(stage)["pairs"] else planner
 
 
@@ -481,6 +510,7 @@ def moat_rounds(
     history = {"round0": round0}
     m = config.moat
     units = round_units(round_tasks(config, train), m.web_turns_per_task, config.seed)
+    aside = held_aside((u.task.id for u in units), m.dpo_held_aside, config.seed)
     initial = grounder_data(config, train)
     tokenizers = tuple(load_tokenizer(path, config.models.trust_remote_code) for path in (planner, grounder))
     check_room(console, "MOAT rounds", _tasks(units), tokenizers, m, "moat")
@@ -490,7 +520,7 @@ def moat_rounds(
         premise: dict = {}
         if m.stage1:
             pairs = pair_stage(run, r, config, units, candidates, scores)
-            new_planner = dpo_stage(run, r, config, planner, pairs, console)
+            new_planner = dpo_stage(run, r, config, planner, pairs, console, aside)
         else:
             new_planner = planner
         if m.stage2:

@@ -382,6 +382,35 @@ PREMISE_LEGEND = (
 )
 
 
+def dpo_table(results: dict, recipes: list[str]) -> str:
+    """Per round: stage 1's DPO loss in training and, on the pairs of the tasks it held aside
+    (`moat.dpo_held_aside`), its loss, reward margin and accuracy once trained; "" when no DPO ran."""
+    rows = []
+    for recipe in recipes:
+        for round_ in rounds_of(results)[1:]:
+            stages = [run["stages"].get(round_, {}) for run in results["runs"].get(recipe, {}).values()]
+            dpo = [s["dpo"] for s in stages if "train_loss" in s.get("dpo", {})]
+            if not dpo:
+                continue
+            held = [d["eval"] for d in dpo if "eval" in d]
+            counts = [d["pairs"] for d in dpo], [d.get("held_aside_pairs", 0) for d in dpo]
+            rows.append(
+                [row_label(results, recipe), round_.replace("round", "")]
+                + ["/".join(f"{mean_std(c)[0]:.0f}" for c in counts), fmt([d["train_loss"] for d in dpo], False)]
+                + [fmt([h[key] for h in held], key == "accuracy") for key in ("loss", "margin", "accuracy")]
+            )
+    headers = ["method", "round", "pairs", "train loss", "held loss", "margin", "acc (%)"]
+    return pipe_table(headers, rows) if rows else ""
+
+
+DPO_LEGEND = (
+    "pairs: trained / held aside; train loss: the DPO loss over the stage; held loss, margin, acc: on the pairs of "
+    "the tasks held aside, once trained: the DPO loss (sigmoid: ln 2 = 0.693 before any step, where the planner is "
+    "its reference), the implicit reward margin beta x (chosen − rejected log-ratio), and the pairs whose chosen "
+    "plan has the higher reward."
+)
+
+
 def _ppl_note(table: str) -> list[str]:
     """The PPL table's note on web columns, when it has any."""
     if "[gold sg]" not in table:
@@ -493,6 +522,9 @@ def report_markdown(results: dict) -> str:
         PREMISE_LEGEND,
         "",
     ]
+    if table := dpo_table(results, [r for r in recipes if r != "lumos"]):
+        lines += ["## What stage 1's DPO learns, per round, and on pairs it never trained on", "", table, ""]
+        lines += [DPO_LEGEND, ""]
     if sweep:
         lines += ["## K sweep (Figure 3 analogue): accuracy (%) after the last round", ""]
         order = sorted(sweep + (["moat"] if "moat" in recipes else []), key=lambda r: results["k"][r])

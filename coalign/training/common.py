@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -214,21 +214,29 @@ def train_and_save(
     resume: str | None = None,
     lora: LoraSettings | None = None,
     trust_remote_code: bool = False,
+    evaluated: Mapping[str, str] | None = None,
     **log,
 ) -> Path:
     """Build the trainer quietly, train (from the checkpoint `resume` when given), save the weights
     (`save_weights`: the whole model, or under `lora` merged or the adapter alone), the tokenizer (padded left
     again) and train_log.json into a temporary folder that then replaces `out`, so `out` never holds half a
     checkpoint. The folder is the same bytes wherever it is saved: the Trainer's pickled arguments, which
-    hold the folder's path, are not written. A GRPO run's log rows (rewards per step) are kept whole."""
+    hold the folder's path, are not written. A GRPO run's log rows (rewards per step) are kept whole.
+
+    `evaluated` (our name -> the trainer's eval metric): a trainer given an eval set is evaluated on it once
+    trained, and those metrics are logged (`eval`), so a stage records what it learnt on data it never saw."""
     with quiet_transformers():
         trainer = make_trainer()
         result = trainer.train(resume_from_checkpoint=resume)
+        metrics = trainer.evaluate() if evaluated and trainer.eval_dataset is not None else None
     tokenizer.padding_side = "left"
     rows = [row for row in trainer.state.log_history if "loss" in row]
     record = {"train_loss": result.training_loss, "losses": [row["loss"] for row in rows], "steps": result.global_step}
-    if any("rewards/accuracies" in row for row in rows):
-        record["reward_accuracies"] = [row["rewards/accuracies"] for row in rows if "rewards/accuracies" in row]
+    for key, name in (("reward_accuracies", "rewards/accuracies"), ("reward_margins", "rewards/margins")):
+        if any(name in row for row in rows):
+            record[key] = [row[name] for row in rows if name in row]
+    if metrics is not None:
+        record["eval"] = {ours: metrics[theirs] for ours, theirs in evaluated.items()}
     if any("reward" in row for row in rows):
         record["history"] = [row for row in rows if "reward" in row]
     gathered = None

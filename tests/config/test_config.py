@@ -281,3 +281,19 @@ def test_critic_subgoals_is_saved_only_when_corrected_and_replaces_a_key_old_run
         load_config("tiny", {"moat": {"use_corrected_subgoals": True}})
     with pytest.raises(ConfigError, match=r"moat.critic_subgoals"):
         load_config("tiny", {"moat": {"critic_subgoals": "gold"}})
+
+
+def test_the_dpo_sweep_settings_are_saved_only_when_set_so_old_run_folders_resume():
+    import yaml
+
+    from coalign.config import config_to_yaml
+
+    saved = yaml.safe_load(config_to_yaml(load_config("tiny")))["moat"]
+    assert "pairs_per_task" not in saved and "dpo_held_aside" not in saved
+    swept = load_config("tiny", {"moat": {"k": 4, "pairs_per_task": 2, "dpo_held_aside": 0.25}})
+    saved = yaml.safe_load(config_to_yaml(swept))["moat"]
+    assert (saved["pairs_per_task"], saved["dpo_held_aside"]) == (2, 0.25)
+    with pytest.raises(ConfigError, match="pairs_per_task 3 needs k >= 6"):
+        load_config("tiny", {"moat": {"k": 4, "pairs_per_task": 3}})
+    with pytest.raises(ConfigError, match="moat.dpo_held_aside"):
+        load_config("tiny", {"moat": {"dpo_held_aside": 1}})

@@ -20,6 +20,7 @@ from coalign.moat.bench import BENCHED, recipe_config, run_bench
 from coalign.moat.report import (
     accuracy_table,
     comparisons,
+    dpo_table,
     paired_columns_table,
     paired_table,
     premise_table,
@@ -206,6 +207,36 @@ def test_recipe_configs():
     assert (lumos.recipe, lumos.seed, lumos.moat.k) == ("lumos", 3, base.moat.k)
     with pytest.raises(ValueError, match="unknown moat bench variant 'moat_fast'"):
         recipe_config(base, "moat_fast", 0)
+
+
+def test_a_variant_with_round_settings_changed_sweeps_them_from_the_shared_cold_start():
+    base = load_config("tiny", BENCH)
+    swept = recipe_config(base, "moat_no_critic+planner_dpo.learning_rate=5e-5+moat.pairs_per_task=1", 2)
+    assert (swept.planner_dpo.learning_rate, swept.moat.pairs_per_task, swept.moat.critic) == (5e-5, 1, "none")
+    assert recipe_config(base, "moat_no_critic", 2).planner_dpo == base.planner_dpo  # its variant left as it was
+    assert recipe_config(base, "moat_k2+planner_dpo.loss_type=ipo", 0).planner_dpo.loss_type == "ipo"
+    with pytest.raises(ValueError, match="planner_sft is not a setting of moat's rounds"):
+        recipe_config(base, "moat+planner_sft.epochs=2", 0)  # the cold start's, shared by every variant
+    with pytest.raises(ValueError, match="'beta=0.1' is not section.key=value"):
+        recipe_config(base, "moat+beta=0.1", 0)
+    with pytest.raises(ValueError, match="loss_type"):
+        recipe_config(base, "moat+planner_dpo.loss_type=exo_pair", 0)
+
+
+def test_the_report_shows_what_dpo_learnt_on_the_held_aside_pairs_per_round():
+    results = _results({"lumos": [0.1, 0.1], "moat": [0.2, 0.3]})
+    for seed, (loss, accuracy) in enumerate([(0.45, 0.75), (0.55, 0.5)]):
+        held = {"loss": loss, "margin": 0.2 + seed / 10, "accuracy": accuracy}
+        dpo = {"pairs": 48, "train_loss": 0.6, "held_aside_pairs": 15 + seed, "eval": held}
+        results["runs"]["moat"][str(seed)]["stages"]["round1"]["dpo"] = dpo
+    table = dpo_table(results, ["moat"])
+    assert "| MOAT | 1 | 48/16 | 0.600 ± 0.000 | 0.500 ± 0.071 | 0.250 ± 0.071 | 62.5 ± 17.7 |" in table
+    report = report_markdown(
+        results
+        | {"config": {"name": "t", "moat": {"rounds": 1, "tasks": 8, "k": 4, "critic": "none"}}, "wall_seconds": 1}
+    )
+    assert table in report and "ln 2 = 0.693" in report
+    assert dpo_table(_results({"moat": [0.2]}), ["moat"]) == ""  # no DPO ran
 
 
 def _results(acc: dict[str, list[float]]) -> dict:

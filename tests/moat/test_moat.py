@@ -10,6 +10,7 @@ from rich.console import Console
 
 from coalign.config import load_config
 from coalign.core.runs import Run
+from coalign.moat.pairs import held_aside
 from coalign.moat.recipe import dpo_stage, moat_rounds, pair_stage, run_moat, score_stage
 from coalign.tasks.maths_suite import generate_suite
 from coalign.tasks.sources import load_sources
@@ -184,3 +185,82 @@ def test_task_without_gold_actions_is_scored_without_a_content_value(moat_run, t
     rows = score_stage(Run(tmp_path), 1, config, str(cold_dir / "checkpoints" / "grounder_sft"), [task],
                        [["Subgoal 1: a", "Subgoal 1: b", "Subgoal 1: c"]])  # fmt: skip
     assert [s["content"] for s in rows[0]] == [None] * 3 and all(s["mean"] > 0 for s in rows[0])
+
+
+def test_more_pairs_per_task_are_disjoint_and_the_papers_one_is_recorded_as_before(tmp_path):
+    tasks = generate_suite("train", 2, 0)
+    candidates = [[f"Subgoal 1: {c}" for c in "abcd"]] * 2
+    scores = [[{"mean": m} for m in means] for means in ([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0])]
+    run = Run(tmp_path)
+    one = load_config("tiny", {**MOAT, "moat": {**MOAT["moat"], "k": 4}})
+    assert [(p["chosen"][-1], p["rejected"][-1]) for p in pair_stage(run, 1, one, tasks, candidates, scores)] == [
+        ("a", "d")
+    ]
+    settings = run.stage_info("round1_pairs")["settings"]
+    assert set(settings) == {"score_reduction", "pair_threshold", "pair_gap_on", "units"}  # old run folders resume
+    two = load_config("tiny", {**MOAT, "moat": {**MOAT["moat"], "k": 4, "pairs_per_task": 2}})
+    pairs = pair_stage(run, 1, two, tasks, candidates, scores)  # a changed setting: paired again
+    assert [(p["id"], p["chosen"][-1], p["rejected"][-1]) for p in pairs] == [
+        (tasks[0].id, "a", "d"),
+        (tasks[0].id, "b", "c"),
+    ]
+    record = run.stage_info("round1_pairs")
+    assert (record["pairs"], record["kept_fraction"], record["equal_scores"]) == (2, 0.5, 1)
+
+
+def _fake_dpo(calls: list):
+    """`dpo` recording what it was given and logging a held-aside measure, as the real one does."""
+
+    def dpo(init, triples, out, settings, seed, held_aside=(), **kwargs):
+        calls.append(([t[0] for t in triples], [t[0] for t in held_aside]))
+        out.mkdir(parents=True)
+        measure = {"eval": {"loss": 0.5, "margin": 0.4, "accuracy": 0.75}} if held_aside else {}
+        (out / "train_log.json").write_text(json.dumps({"train_loss": 0.6, "pairs": len(triples), **measure}))
+        return out
+
+    return dpo
+
+
+def test_dpo_never_trains_on_the_held_aside_tasks_and_records_what_it_measured_on_them(tmp_path, monkeypatch):
+    import coalign.moat.recipe as recipe
+
+    calls: list = []
+    monkeypatch.setattr(recipe, "dpo", _fake_dpo(calls))
+    pairs = [{"id": t, "prompt": f"p{t}{i}", "chosen": "c", "rejected": "r"} for i, t in enumerate("aabc")]
+    config, console = (
+        load_config("tiny", {**MOAT, "moat": {**MOAT["moat"], "dpo_held_aside": 0.3}}),
+        Console(quiet=True),
+    )
+    run = Run(tmp_path / "measured")
+    assert dpo_stage(run, 1, config, "planner", pairs, console, frozenset({"a"})).endswith("round1_planner")
+    assert calls == [(["pb2", "pc3"], ["pa0", "pa1"])]
+    record = run.stage_info("round1_dpo")
+    assert (record["pairs"], record["held_aside_tasks"], record["held_aside_pairs"]) == (2, 1, 2)
+    assert record["eval"] == {"loss": 0.5, "margin": 0.4, "accuracy": 0.75} and "held_aside" in record["settings"]
+    plain = Run(tmp_path / "plain")
+    dpo_stage(plain, 1, load_config("tiny", MOAT), "planner", pairs, console)
+    assert calls[-1] == (["pa0", "pa1", "pb2", "pc3"], [])
+    assert set(plain.stage_info("round1_dpo")["settings"]) == {"training", "seed", "lora", "data"}  # as before
+    everything = Run(tmp_path / "everything")
+    assert dpo_stage(everything, 1, config, "planner", pairs[:2], console, frozenset({"a"})) == "planner"
+    assert "every pair's task is held aside" in everything.stage_info("round1_dpo")["skipped"]
+
+
+@pytest.mark.slow
+def test_a_round_measures_its_dpo_on_the_same_held_aside_tasks_it_never_trains_on(moat_run, tmp_path):
+    cold_dir, history = moat_run
+    moat = {**MOAT["moat"], "dpo_held_aside": 0.5, "stage2": False}
+    config, console = load_config("tiny", {**MOAT, "moat": moat}), Console(quiet=True)
+    train = load_sources(config.data.train)
+    planner, grounder = (str(cold_dir / "checkpoints" / f"{a}_sft") for a in ("planner", "grounder"))
+    moat_rounds(prepare_run(config, tmp_path, console), config, train, planner, grounder, history["round0"], console)
+    aside = held_aside([t.id for t in train[:6]], 0.5, config.seed)
+    pairs = _lines(tmp_path / "round1" / "pairs.jsonl")
+    held = [p for p in pairs if p["id"] in aside]
+    record = Run(tmp_path).stage_info("round1_dpo")
+    assert (record["held_aside_tasks"], record["held_aside_pairs"], record["pairs"]) == (
+        3,
+        len(held),
+        len(pairs) - len(held),
+    )
+    assert held and 0 <= record["eval"]["accuracy"] <= 1 and record["eval"]["loss"] > 0

@@ -8,7 +8,16 @@ import random
 import numpy as np
 import pytest
 
-from coalign.moat.pairs import Pair, auc, no_pair_advice, point_biserial, select_pair, unpaired_counts
+from coalign.moat.pairs import (
+    Pair,
+    auc,
+    held_aside,
+    no_pair_advice,
+    point_biserial,
+    select_pair,
+    select_pairs,
+    unpaired_counts,
+)
 
 
 def test_pair_is_argmin_chosen_argmax_rejected():
@@ -38,6 +47,28 @@ def test_gap_on_nll_and_on_ppl_differ():
 def test_ties_choose_the_first_minimum_and_reject_the_last_maximum():
     pair = select_pair([2.0, 1.0, 3.0, 1.0, 3.0])
     assert (pair.chosen, pair.rejected) == (1, 4)
+
+
+def test_more_pairs_per_task_take_the_best_and_worst_of_the_rest_until_a_gap_is_too_small():
+    scores = [2.0, 1.0, 3.0, 1.0, 3.0, 1.9]
+    assert select_pairs(scores, 1) == [select_pair(scores)]
+    assert [(p.chosen, p.rejected, p.gap) for p in select_pairs(scores, 3, threshold=0.0)] == [
+        (1, 4, 2.0),
+        (3, 2, 2.0),
+        (5, 0, pytest.approx(0.1)),
+    ]
+    assert len(select_pairs(scores, 3, threshold=0.5)) == 2  # the third gap (0.1) is under the threshold
+    assert len(select_pairs(scores[:5], 3, threshold=0.0)) == 2  # five candidates make two pairs
+
+
+def test_held_aside_tasks_are_a_share_drawn_from_the_seed_alone():
+    ids = [f"t{i}" for i in range(40)]
+    aside = held_aside(ids, 0.25, seed=3)
+    assert len(aside) == 10 and aside <= set(ids)
+    assert held_aside(reversed(ids + ids), 0.25, seed=3) == aside  # order and repeats (a web task's turns)
+    assert held_aside(ids, 0.25, seed=4) != aside
+    assert held_aside(ids, 0.0, seed=3) == frozenset() == held_aside(["t0"], 0.5, seed=3)
+    assert len(held_aside(ids[:3], 0.01, seed=3)) == 1 and len(held_aside(ids[:3], 0.99, seed=3)) == 2
 
 
 @pytest.mark.parametrize("scores", [[], [1.0], [2.0, 2.0, 2.0]])

@@ -1,9 +1,11 @@
 """Planner DPO with TRL: preferences move the model towards the chosen completions."""
 
 import json
+import math
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from coalign.config import DPOSettings, TinySpec
 from coalign.formats.lumos import lumos_generation_prompt, planner_prompt
@@ -61,3 +63,37 @@ def test_dpo_raises_chosen_over_rejected_margin(tiny, tmp_path):
 def test_dpo_refuses_no_pairs(tiny, tmp_path):
     with pytest.raises(ValueError, match="no preference pairs"):
         dpo(tiny, [], tmp_path / "x", DPOSettings())
+
+
+def test_held_aside_pairs_are_measured_once_trained_and_never_trained_on(tiny, tmp_path):
+    """The held-aside pair changes no weight; its loss, margin and accuracy are TRL's DPO quantities against the
+    reference (the model before the stage): margin = beta x the change in log-prob gap, loss = -log sigmoid."""
+    settings = DPOSettings(
+        learning_rate=5e-3,
+        beta=0.1,
+        epochs=4,
+        batch_size=3,
+        grad_accum=1,
+        warmup_ratio=0.0,
+        max_length=256,
+        logging_steps=2,
+    )
+    train, aside = TRIPLES[:3], TRIPLES[3:]
+    measured = dpo(tiny, train, tmp_path / "measured", settings, seed=0, held_aside=aside)
+    alone = dpo(tiny, train, tmp_path / "alone", settings, seed=0)
+    assert load_file(measured / "model.safetensors").keys() == load_file(alone / "model.safetensors").keys()
+    for name, weight in load_file(alone / "model.safetensors").items():
+        assert torch.equal(load_file(measured / "model.safetensors")[name], weight), name
+    log = json.loads((measured / "train_log.json").read_text())
+    assert (log["pairs"], log["held_aside_pairs"]) == (3, 1) and "eval" not in json.loads(
+        (alone / "train_log.json").read_text()
+    )
+    eos = load_tokenizer(tiny).eos_token
+    with_eos = [(user, chosen + eos, rejected + eos) for user, chosen, rejected in aside]
+    margin = settings.beta * (_margin(measured, with_eos) - _margin(tiny, with_eos))
+    held = log["eval"]
+    assert held["margin"] == pytest.approx(margin, abs=1e-4)
+    assert held["margin"] == pytest.approx(held["chosen_reward"] - held["rejected_reward"], abs=1e-5)
+    assert held["loss"] == pytest.approx(-math.log(1 / (1 + math.exp(-margin))), abs=1e-4)
+    assert held["accuracy"] == float(margin > 0)
+    assert len(log["reward_margins"]) == len(log["reward_accuracies"]) >= 1  # train's, per log
