@@ -148,18 +148,28 @@ def _ppl_suffix(key: str) -> str:
     return " [gold sg]" if key == "grounding_ppl_gold_subgoals" else ""
 
 
+WIDE = 4  # data columns past which a table goes one per split, to fit an 80-column terminal
+
+
 def accuracy_table(results: dict, recipes: list[str], with_cold: bool, metric: str = "accuracy", row=None) -> str:
-    """Final-round metric per evaluation set and per split average (Tables 2 and 3)."""
+    """Final-round metric per evaluation set and per split average (Tables 2 and 3): one table, or one per split
+    (its name in the corner) where the sets would not fit 80 columns side by side."""
     row = row or (lambda recipe: row_label(results, recipe))
-    final, cols = rounds_of(results)[-1], _columns(results)
-    rows = []
+    final, every = rounds_of(results)[-1], _columns(results)
+    groups = (
+        [("method", every)] if len(every) <= WIDE else [(n, [c for c in every if c[0] == s]) for s, n in SPLITS.items()]
+    )
     first = next((r for r in recipes if r in results["runs"]), None)
-    if with_cold and first:
-        rows.append([COLD] + [fmt(values(results, first, "round0", s, metric, d)) for s, d in cols])
-    for recipe in recipes:
-        if recipe in results["runs"]:
-            rows.append([row(recipe)] + [fmt(values(results, recipe, final, s, metric, d)) for s, d in cols])
-    return pipe_table(["method"] + _headers(cols), rows)
+    tables = []
+    for corner, cols in groups:
+        rows = []
+        if with_cold and first:
+            rows.append([COLD] + [fmt(values(results, first, "round0", s, metric, d)) for s, d in cols])
+        for recipe in recipes:
+            if recipe in results["runs"]:
+                rows.append([row(recipe)] + [fmt(values(results, recipe, final, s, metric, d)) for s, d in cols])
+        tables.append(pipe_table([corner] + _headers(cols), rows))
+    return "\n\n".join(tables)
 
 
 def _ppl_columns(results: dict) -> list[tuple[str, str | None, str | None]]:

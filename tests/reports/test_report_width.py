@@ -120,6 +120,21 @@ def test_the_main_table_of_a_three_seed_bench_fits_too():
     assert_fits("\n".join(tables(report)[0]))
 
 
+def test_a_bench_with_a_near_and_a_far_held_out_set_fits_with_one_main_table_per_split():
+    """`tiny` and `smol-suite` evaluate two held-out sets (far and near): five data columns side by side would
+    pass 80, so the main table goes one per split."""
+    results = demo_results(seeds=3)
+    for run in (r for per_seed in results["runs"].values() for r in per_seed.values()):
+        for block in run["rounds"].values():
+            far = block["heldout"]["sets"]["suite-heldout"]
+            block["heldout"]["sets"]["suite-near"] = {**far, "accuracy": 0.2}
+            block["heldout"]["families"]["suite-near"] = "maths"
+    report = moat_report.report_markdown(results)
+    heldin, heldout = tables(report)[:2]
+    assert heldin[0].startswith("| held-in | suite-heldin |") and "suite-near" in heldout[0]
+    assert_fits("\n".join(heldin) + "\n\n" + "\n".join(heldout))
+
+
 def pilotrl_demo_results() -> dict:
     """`coalign demo pilotrl`'s results: SFT AdaPlan and ReAct, one seed, the six environments, k=1 only."""
 
