@@ -55,6 +55,8 @@ def _overrides(pairs: list[str]) -> Overrides:
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or "not valid YAML"
             raise typer.BadParameter(f"--set {key}: the value {value!r} is not valid YAML ({problem})") from None
+        if tuple(parts) in out.given:
+            raise typer.BadParameter(f"--set {key} is given twice: {out.given[tuple(parts)]} and --set {pair}")
         node = out
         for part in parts[:-1]:
             node = node.setdefault(part, {})

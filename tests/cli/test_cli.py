@@ -58,6 +58,7 @@ def test_train_with_misspelt_key_exits_with_file_line_and_key(tmp_path):
         (["planner_sft..epochs=2"], "dotted key"),
         (["planner_sft=3", "planner_sft.epochs=2"], "given a value by another --set"),
         (["planner_sft.epochs=2", "planner_sft=3"], "its fields are given values by another --set"),
+        (["moat.k=4", "moat.k=8"], "--set moat.k is given twice: --set moat.k=4 and --set moat.k=8"),
     ],
 )
 def test_a_bad_set_is_a_usage_error_naming_it(tmp_path, sets, message):
