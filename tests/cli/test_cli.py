@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import typer
 import yaml
 from typer.testing import CliRunner
 
@@ -269,4 +270,5 @@ def test_sets_of_a_mapping_and_its_fields_merge_in_either_order():
 
     one = _overrides(["moat.k=2", "moat={rounds: 3}"])
     assert one == _overrides(["moat={rounds: 3}", "moat.k=2"]) == {"moat": {"k": 2, "rounds": 3}}
-    assert _overrides(["moat.k=2", "moat.k=5"]) == {"moat": {"k": 5}}  # the later value of one key wins
+    with pytest.raises(typer.BadParameter, match="given twice"):  # one key twice: which was meant is unknown
+        _overrides(["moat.k=2", "moat.k=5"])
