@@ -66,6 +66,13 @@ def quiet_other_ranks() -> None:
     os.environ.update(QUIET_OTHER_RANKS)
 
 
+def error_line(message: str) -> None:
+    """`message` and its newline on stderr in one write: `print` writes them apart, and processes printing side
+    by side (a launch's nodes sharing one log) then spliced one's error into the other's line."""
+    sys.stderr.write(f"{message}\n")
+    sys.stderr.flush()
+
+
 def report_error(message: str) -> None:
     """Print an error on stderr once per run. Under a launcher every rank meets the same error: only the main
     rank prints it, and each failing rank records it in its launcher's error file, which torchrun's summary
@@ -73,7 +80,7 @@ def report_error(message: str) -> None:
     `coalign launch` torchrun's ranks do not print: the launch prints the lowest failing rank's error, last."""
     path = os.environ.get(ERROR_FILE)
     if ranks.is_main() and not (path and os.environ.get(LAUNCHED)):
-        print(message, file=sys.stderr, flush=True)
+        error_line(message)
     if path:  # as torch's `ErrorHandler` writes it, less the traceback: its summary shows the message instead
         with open(path, "w", encoding="utf-8") as handle:
             json.dump({"message": {"message": message, "extraInfo": {"timestamp": str(int(time.time()))}}}, handle)

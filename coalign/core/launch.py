@@ -11,11 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coalign.core.console import ERROR_CODE, LAUNCHED
+from coalign.core.console import ERROR_CODE, LAUNCHED, error_line
 from coalign.core.errors import RunError
 
 if TYPE_CHECKING:
@@ -86,7 +85,7 @@ def run_launcher(args: list[str], config: Path | None = None) -> int:
             run(get_args_parser().parse_args(args))
     except ChildFailedError as failed:
         message, code = failure(failed)
-        print(message, file=sys.stderr, flush=True)
+        error_line(message)
         return code
     except subprocess.CalledProcessError as failed:  # accelerate's one process (not torchrun's): it printed its error
         return failed.returncode
