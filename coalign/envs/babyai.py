@@ -56,7 +56,7 @@ from minigrid.core.actions import Actions
 from minigrid.core.world_object import Door, WorldObj
 from minigrid.envs.babyai.core.verifier import OpenInstr, PickupInstr
 
-from coalign.envs.base import TextEnv, plain_step
+from coalign.envs.base import PlannedEnv, plain_step
 
 LEVELS = ("GoToRedBall", "GoToObj", "GoToLocal", "PickupLoc", "GoToDoor", "OpenDoor", "UnlockLocal")
 PRIMITIVES = {"turn left": Actions.left, "turn right": Actions.right, "move forward": Actions.forward,
@@ -161,7 +161,7 @@ def _process_vis(clear: list[list[bool]]) -> list[list[bool]]:
     return mask
 
 
-class BabyAIEnv(TextEnv):
+class BabyAIEnv(PlannedEnv):
     """A BabyAI level, described in words and acted on with macro actions; its expert knows only what the
     agent has seen (the module docstring)."""
 
@@ -187,7 +187,7 @@ class BabyAIEnv(TextEnv):
         self.seen: set[Cell] = set()  # the belief: the cells the agent's view has shown
         self.first_seen: dict[WorldObj, Cell] = {}  # where each object was when it first came into view
         self.start: State = (0, 0, 0)  # the agent's pose at reset, which the mission's "on your left" refers to
-        self._plan: list[Step] | None = None  # the expert's plan for the current state
+        self._planned: list[Step] | None = None  # the expert's plan for the current state
         self._oracle: list[str] | None = None  # the omniscient expert's remaining steps, once played out
 
     # ----- episode -----
@@ -228,12 +228,12 @@ class BabyAIEnv(TextEnv):
         self.steps_taken = 0
         self.success = self.done = False
         self.goal = env.mission
-        self.seen, self.first_seen, self._plan = set(), {}, None
+        self.seen, self.first_seen, self._planned = set(), {}, None
         self.start = self._pose()
         self._look()
 
     def _act(self, action: str) -> str:
-        self._plan = self._oracle = None
+        self._planned = self._oracle = None
         note = self._execute(action.lower().rstrip("."))
         self._look()
         if self.success:
@@ -423,19 +423,11 @@ class BabyAIEnv(TextEnv):
             return [("turn left", "turn left to find room to drop it")]
         return [*((move, f"{move} to find room to drop it") for move in path), ("drop", "drop to free your hands")]
 
-    def _steps(self) -> list[Step]:
-        if self._plan is None:
-            self._plan = [] if self.done else self._belief_plan()
-        return self._plan
-
-    def expert_action(self) -> str:
-        steps = self._steps()
-        if not steps:
-            raise RuntimeError("the episode is over: the expert has no next action")
-        return steps[0][0]
-
-    def expert_plan(self) -> list[str]:
-        return [words for _, words in self._steps()]
+    def _plan(self) -> list[Step]:
+        """The expert's plan for the current state, made once per state (`_planned`)."""
+        if self._planned is None:
+            self._planned = [] if self.done else self._belief_plan()
+        return self._planned
 
     def delegates(self, step: str) -> bool:
         """The plan's search and goal steps for an object not seen yet ("explore the room to find the red ball",

@@ -139,7 +139,7 @@ def test_the_plan_ignores_what_the_agent_has_not_seen_and_is_rewritten_on_observ
             if not free:
                 continue
             altered = copy.deepcopy(env)
-            altered._plan = altered._oracle = None  # forget the plans made before the change
+            altered._planned = altered._oracle = None  # forget the plans made before the change
             for x, y in hidden:
                 obj = altered.env.grid.get(x, y)
                 if obj is not None and obj.type in ("ball", "box", "key"):
