@@ -26,15 +26,21 @@ class GRPOSettings(Settings):
     """PilotRL's GRPO stages (`pilotrl.curriculum`), run in `order` from the SFT checkpoint. Defaults are
     the paper's (lr 1e-6, 16 rollouts per task, no KL, clip 0.2; epochs are each stage's own, 1 / 2 / 1)."""
 
-    new_keys = ("gradient_checkpointing",)
+    new_keys = ("gradient_checkpointing", "micro_batch_size")
 
     order: list[str] = Field(["executor", "planner", "joint"], min_length=1, description="stages, in turn")
     tasks: int = Field(64, ge=1, description="training tasks per held-in environment (seeds after the SFT's)")
     num_generations: int = Field(16, ge=2, description="rollouts per task (GRPO's group)")
     batch_size: int = Field(
-        16, ge=1, description="episodes per forward pass in one process (split as SFT's); x grad_accum: whole groups"
+        16, ge=1, description="x grad_accum: episodes per optimizer step, whole groups, shared among the processes"
     )
     grad_accum: int = Field(16, ge=1)
+    micro_batch_size: int = Field(
+        4,
+        ge=1,
+        description="episodes per forward pass in one process, the rest of its share accumulated: activations and "
+        "logits grow with this, not with the step (verl's ppo_micro_batch_size_per_gpu)",
+    )
     learning_rate: float = Field(1e-6, gt=0)
     epochs: dict[str, float] = Field({}, description="per stage, over the stage's own (`pilotrl.curriculum`)")
     beta: float = Field(0.0, ge=0, description="KL coefficient (the paper: none)")

@@ -15,12 +15,15 @@ TRAINING_STAGES = ("planner_sft", "grounder_sft", "planner_dpo", "grounder_round
 
 
 class RunConfig(Settings):
-    new_keys = ("bf16",)
+    new_keys = ("bf16", "ddp_timeout")
 
     name: str
     recipe: str = Field("lumos", description="a recipe of `registry.REGISTRY`: lumos, moat, pilotrl")
     seed: int = 0
     threads: int | None = Field(None, ge=1, description="torch CPU threads; default = all cores")
+    ddp_timeout: int = Field(
+        1800, ge=1, description="seconds a collective of several processes waits before the run fails (transformers')"
+    )
     data: DataSettings | None = Field(None, description="task sets of the lumos and moat recipes")
     models: ModelSettings = ModelSettings()
     planner_sft: SFTSettings = SFTSettings()

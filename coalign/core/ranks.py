@@ -26,6 +26,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+TIMEOUT_S = 1800  # transformers' `ddp_timeout`: a collective waits this long before the run fails
+_timeout_s = TIMEOUT_S
 _alone = 0  # > 0 while this rank computes its own share: loops inside it run by themselves
 
 
@@ -43,17 +45,33 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def set_timeout(seconds: int) -> None:
+    """How long the process group's collectives wait (the run's `ddp_timeout`), before the group starts: torch's
+    default for NCCL is 10 minutes, less than rank 0 can take to merge and save a 14B model to a shared disk while
+    the other ranks wait at the barrier."""
+    global _timeout_s
+    _timeout_s = seconds
+
+
+def timeout_s() -> int:
+    """The collectives' timeout `set_timeout` set (the trainers' `ddp_timeout`, should accelerate start the group)."""
+    return _timeout_s
+
+
 @lru_cache(maxsize=1)
 def _group():
-    """torch.distributed, its process group started on first use (NCCL on GPUs, gloo on CPUs) unless a trainer
-    started it; accelerate and the trainers then use the same group."""
+    """torch.distributed, its process group started on first use (NCCL on GPUs, gloo on CPUs; collectives time out
+    after `set_timeout`'s seconds) unless a trainer started it; accelerate and the trainers then use the same group."""
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
 
     if not dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, timeout=timedelta(seconds=_timeout_s))
     atexit.register(_close)
     return dist
 

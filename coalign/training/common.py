@@ -45,6 +45,7 @@ def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, s
         bf16=bf16,
         # TRL's default is on; a CPU run has the memory (transformers 5's name: the old one warns)
         activation_checkpointing=settings.gradient_checkpointing,
+        ddp_timeout=ranks.timeout_s(),  # the run's, where accelerate starts the process group
         ddp_find_unused_parameters=False,  # a causal LM uses every trained weight each step: no graph walk, no warning
         dataloader_num_workers=0,
         dataloader_pin_memory=not cpu,
@@ -56,9 +57,16 @@ def common_args(settings: SFTSettings | DPOSettings | GRPOSettings, out: Path, s
 
 def stage_batch(settings: SFTSettings | DPOSettings | GRPOSettings, key: str = "") -> tuple[int, int]:
     """(per-process batch, accumulation) of a training stage's settings under this launch (`ranks.batch_split`;
-    a GRPO step's examples stay whole groups of `num_generations`); `key`: its config block, named in errors."""
-    group = settings.num_generations if isinstance(settings, GRPOSettings) else 1
-    return ranks.batch_split(settings.batch_size, settings.grad_accum, key, group)
+    a GRPO step's examples stay whole groups of `num_generations`, and a process runs its share
+    `micro_batch_size` episodes a forward, or the largest number below that divides it); `key`: its config block,
+    named in errors."""
+    grpo = isinstance(settings, GRPOSettings)
+    group = settings.num_generations if grpo else 1
+    batch, accum = ranks.batch_split(settings.batch_size, settings.grad_accum, key, group)
+    if grpo and batch > settings.micro_batch_size:  # the same episodes a step, fewer a forward
+        micro = next(b for b in range(settings.micro_batch_size, 0, -1) if batch % b == 0)
+        return micro, accum * (batch // micro)
+    return batch, accum
 
 
 def trainer_args(settings: SFTSettings | DPOSettings, out: Path, seed: int, key: str = "") -> dict:

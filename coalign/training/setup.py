@@ -133,9 +133,12 @@ def job_memory(config: RunConfig) -> int | None:
 
 def micro_batch_tokens(settings: BaseModel, config: RunConfig) -> int:
     """Tokens in one forward of a training stage: its batch of sequences at their longest (a DPO pair is two; an
-    episode runs to `pilotrl.max_context`)."""
+    episode runs to `pilotrl.max_context`; a GRPO forward holds `micro_batch_size` episodes at most)."""
     length = getattr(settings, "max_length", None) or config.pilotrl.max_context
-    return settings.batch_size * length * (2 if isinstance(settings, DPOSettings) else 1)
+    batch = settings.batch_size
+    if isinstance(settings, GRPOSettings):
+        batch = min(batch, settings.micro_batch_size)
+    return batch * length * (2 if isinstance(settings, DPOSettings) else 1)
 
 
 def engine_heads(name: str, config: RunConfig) -> int | None:
@@ -228,6 +231,7 @@ def prepare_run(
     """Check the run can go, then open the run folder and record its config (see `record_config` for a changed
     one); `trains` False for a run that only evaluates checkpoints (`check_generation`, `check_start`). Every
     check runs before anything is written, so a start that fails one leaves no run folder."""
+    ranks.set_timeout(config.ddp_timeout)  # before any check that meets the other ranks
     check_generation(config, trains)
     decided = decide_precision(config)
     check_start(config, trains)

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pip_install.py"
 spec = importlib.util.spec_from_file_location("pip_install", SCRIPT)
@@ -81,3 +84,36 @@ def test_uv_resolves_from_the_wheel_folder_and_no_index_pip_is_told_of(tmp_path:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "not found in the provided package locations" in " ".join(done.stderr.split())  # uv wraps its lines
+
+
+@pytest.mark.slow
+def test_the_vllm_extra_is_in_trls_range_and_resolves_on_linux_with_the_projects_torch(tmp_path: Path):
+    """A GPU user's `pip install -e '.[vllm]'` gets a vLLM that TRL supports, and one whose own pins take the torch
+    the Makefile installs and coalign's transformers: resolved by uv for Linux x86_64 through pip's settings (the
+    package index make install uses), nothing installed."""
+    import tomllib
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+    from uv import find_uv_bin
+
+    root = SCRIPT.parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    (extra,) = [Requirement(r) for r in project["optional-dependencies"]["vllm"]]
+    (trls,) = [Requirement(r) for r in requires("trl") if r.startswith("vllm") and 'extra == "vllm"' in r]
+    ours = {s.operator: Version(s.version) for s in extra.specifier}
+    theirs = {s.operator: Version(s.version) for s in trls.specifier}
+    assert ours[">="] >= theirs[">="] and (ours.get("<") or ours["<="]) <= theirs["<="]  # within TRL's range
+    torch = re.search(r"echo (torch==[\d.]+)", (root / "Makefile").read_text()).group(1)
+    wanted = tmp_path / "requirements.in"
+    wanted.write_text("\n".join([*project["dependencies"], str(extra), torch]) + "\n")
+    listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    args, env = pip_install.uv_options(pip_install.pip_settings(listing))
+    command = [find_uv_bin(), "pip", "compile", str(wanted), "--python-version", "3.11",
+               "--python-platform", "x86_64-manylinux_2_28", "-q", *args]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env}, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pins = dict(line.split("==", 1) for line in done.stdout.splitlines() if "==" in line and not line.startswith(" "))
+    assert pins["vllm"] in extra.specifier and pins["vllm"] in trls.specifier
+    assert f"torch=={pins['torch'].split('+')[0]}" == torch  # this machine's index: the CPU build, 2.13.0+cpu

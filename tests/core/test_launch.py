@@ -208,12 +208,14 @@ def test_a_launch_refuses_what_its_processes_would_each_refuse():
 @pytest.mark.slow
 def test_the_slurm_script_starts_one_launch_per_node(tmp_path):
     """examples/slurm.sbatch with srun and scontrol stood in for on this machine: two nodes, one process each,
-    meet at the first node; each node's launch ends with the run's error, once."""
+    meet at the first node; each node's launch ends with the run's error, once. srun is handed the job's cores a
+    task (since Slurm 22.05 it no longer takes sbatch's --cpus-per-task, and a node's ranks could share one core)."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     (bin_ / "scontrol").write_text("#!/bin/bash\necho 127.0.0.1\n")
     (bin_ / "srun").write_text(
         "#!/bin/bash\n"  # SLURM's srun on one machine: the command once per node, with that node's SLURM_NODEID
+        f'echo "$SRUN_CPUS_PER_TASK" > {tmp_path}/cpus\n'
         "while [[ $1 == --* ]]; do shift; done\n"
         'for node in $(seq 0 $((SLURM_NNODES - 1))); do SLURM_NODEID=$node "$@" & pids+=($!); done\n'
         'code=0; for pid in "${pids[@]}"; do wait "$pid" || code=$?; done; exit $code\n'
@@ -222,11 +224,13 @@ def test_the_slurm_script_starts_one_launch_per_node(tmp_path):
         stub.chmod(0o755)
     command, error = missing_model(tmp_path)
     env = {"PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "node[1-2]"}
+    env |= {"SLURM_CPUS_PER_TASK": "3"}
     env |= {"COALIGN": f"{sys.executable} -m coalign.cli", "GPUS_PER_NODE": "1", "PORT": str(free_port())}
     done = run(["bash", "examples/slurm.sbatch", *command], **env)
     printed = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(printed) == 2, done.stdout + done.stderr  # one a node
     assert all(line.startswith(error) for line in printed) and done.stderr.splitlines()[-1] == printed[1]
+    assert (tmp_path / "cpus").read_text() == "3\n"
 
 
 def test_the_other_ranks_print_no_library_warnings_or_progress_bars():

@@ -283,3 +283,30 @@ def test_the_shipped_accelerate_configs_are_what_accelerate_reads(name):
     assert config.distributed_type.value == kind and config.num_processes > 1
     if name.startswith("zero"):
         assert config.deepspeed_config["zero_stage"] == int(name[-1])
+
+
+def test_the_process_group_waits_the_runs_ddp_timeout(monkeypatch, tmp_path):
+    """torch's NCCL default is 10 minutes, less than rank 0 may take to save a 14B model while the others wait:
+    the group is started with the run's `ddp_timeout` (the Trainer's 1,800 s unless set), and the trainers get it."""
+    import torch.distributed as dist
+    from rich.console import Console
+
+    from coalign.registry import load_config
+    from coalign.training.common import common_args
+    from coalign.training.setup import prepare_run
+
+    started = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: started.append(kw["timeout"]))
+    monkeypatch.setattr(ranks, "_timeout_s", ranks.TIMEOUT_S)
+    as_rank(monkeypatch, 0, 1)  # one process: the run folder made without a group
+    config = load_config("tiny", {"ddp_timeout": 7200})
+    prepare_run(config, tmp_path / "run", Console(quiet=True))
+    ranks._group.cache_clear()
+    try:
+        ranks._group()
+    finally:
+        ranks._group.cache_clear()
+    assert [t.total_seconds() for t in started] == [7200]
+    assert common_args(config.planner_sft, tmp_path, 0)["ddp_timeout"] == 7200
+    assert load_config("tiny").ddp_timeout == 1800 and "ddp_timeout" not in load_config("tiny").model_dump()

@@ -477,3 +477,22 @@ def test_a_colocated_engine_rendezvouses_on_a_port_of_its_own(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     own_rendezvous_port()
     assert "MASTER_PORT" not in os.environ
+
+
+def test_a_step_of_many_episodes_runs_micro_batch_size_of_them_a_forward(tmp_path, monkeypatch):
+    """The paper's 16 x 16 episodes a step held 16 episodes of up to 4,096 tokens in one forward; now a process runs
+    `micro_batch_size` a forward and accumulates the rest, its step and TRL's generation batch unchanged."""
+    from coalign.registry import load_config
+    from coalign.training.common import stage_batch
+    from coalign.training.setup import micro_batch_tokens
+
+    paper = GRPOSettings(batch_size=16, grad_accum=16, num_generations=16)
+    args = grpo_config(paper, 1.0, tmp_path, 0, [1.0], 48)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 64)
+    assert args.generation_batch_size == 256
+    assert stage_batch(paper.model_copy(update={"micro_batch_size": 3})) == (2, 128)  # the largest that divides 16
+    assert stage_batch(paper.model_copy(update={"micro_batch_size": 32})) == (16, 16)  # never above the batch
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert stage_batch(paper) == (4, 32)  # each process's 128, four at a time
+    config = load_config("paper-pilotrl-llama3.1-8b")
+    assert micro_batch_tokens(config.pilotrl.rl, config) == 4 * config.pilotrl.max_context
