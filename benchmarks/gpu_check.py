@@ -374,7 +374,7 @@ def paper_overrides(recipe: str, model: Path, vllm: bool, gpu: bool) -> dict:
         "moat": {**moat, **tokens},
         "eval": {**tokens, "diagnostics": False},
         **({"planner_round_sft": fp32} if fp32 else {}),  # unused by moat; its bf16 would still set inference_bf16
-        **({"generation": {"backend": "vllm"}} if vllm else {}),
+        "generation": {"backend": "vllm" if vllm else "hf"},  # the config's is vllm
     }
 
 

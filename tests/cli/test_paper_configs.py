@@ -48,6 +48,7 @@ def test_moat_config_holds_the_papers_training_settings(name):
     assert (moat.rounds, moat.tasks, moat.k, moat.temperature, moat.top_p) == (2, 1800, 15, 1.0, 0.95)
     assert (moat.pair_threshold, moat.pair_gap_on, moat.ground_temperature, moat.mix_ratio) == (0.1, "nll", 0.1, 1.0)
     assert moat.stage1 and moat.stage2 and moat.critic_subgoals == "original"
+    assert config.generation.backend == "vllm"  # HF generate: ~450 sequential calls a round
 
 
 @pytest.mark.parametrize("name", MOAT)
