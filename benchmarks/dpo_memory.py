@@ -63,7 +63,7 @@ def _child(variant: str, init: str, steps: int, length: int) -> dict:
     data = dpo_dataset(tokenizer, triples)
     before = peak_rss_mib()
     lora = LoraSettings(qlora=variant == "qlora") if variant in ("lora", "qlora") else None
-    model, peft_config = training_model(init, False, lora)
+    model, peft_config = training_model(init, False, lora, bf16=False)  # DPOSettings.bf16: false
     settings = DPOSettings(learning_rate=1e-5, epochs=1, batch_size=4, grad_accum=1, max_length=2 * length)
     with tempfile.TemporaryDirectory() as out:
         args = DPOConfig(

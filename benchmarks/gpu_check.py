@@ -105,7 +105,9 @@ PAPER_SHAPE = TinySpec(
     vocab_size=32000, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=32, intermediate_size=11008,
     max_positions=4096,
 )  # fmt: skip
-CHECKPOINT_BYTES = 4  # a stage trains float32 weights (training.common.training_model) and saves the merge as such
+# at most: a LoRA stage saves its merge in the dtype it held the base in (`training.common.weights_dtype`), bf16's
+# 2 bytes where bf16 is on, else float32's
+CHECKPOINT_BYTES = 4
 TAIL_LINES, TAIL_INDENT = 30, 7  # of a failed recipe's output, printed in 80 columns (its own: 80 - 7)
 # option: (default, default under --tiny, help); None: each stage's batch size in coalign's settings
 SIZES: dict[str, tuple[int | None, int, str]] = {
@@ -308,7 +310,7 @@ def _trainer(stage: str, model, peft_config, tokenizer, out: Path, args: argpars
 def _train(stage: str, lora: bool, init: str, args: argparse.Namespace) -> dict:
     """Median seconds of a step after the first, and this process's peak memory in MiB."""
     tokenizer = load_tokenizer(init)
-    model, peft_config = training_model(init, False, LoraSettings() if lora else None)
+    model, peft_config = training_model(init, False, LoraSettings() if lora else None, bf16())
     timer = StepTimes()
     with tempfile.TemporaryDirectory() as out, quiet_transformers():
         trainer = _trainer(stage, model, peft_config, tokenizer, Path(out), args)

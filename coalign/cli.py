@@ -5,16 +5,68 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from coalign.config import ConfigError, Overrides
 from coalign.core.console import ERROR_CODE, make_console, quiet_engines, quiet_other_ranks, report_error
 from coalign.core.errors import DataError, RunError
 
-app = typer.Typer(help="Train teams of LLM agents to work together (MOAT, PilotRL).", no_args_is_help=True)
+# click's exceptions where typer raises them: its own copy of click (typer 0.29 has one), else click itself
+_CLICK = sys.modules[typer.BadParameter.__module__]
+_HELP = getattr(_CLICK, "NoArgsIsHelpError", ())  # `coalign` alone: the help, raised as a usage error (click 8.2 on)
+
+
+def _usage(err: Exception) -> str:
+    """A click error as one line: the command, what was wrong (a BadParameter a command raises says so itself, without
+    click's "Invalid value:") and where its options are listed."""
+    plain = isinstance(err, typer.BadParameter) and err.param is None and err.param_hint is None
+    text, ctx = err.message if plain else err.format_message(), getattr(err, "ctx", None)
+    return f"{ctx.command_path}: {text} (see {ctx.command_path} --help)" if ctx else text
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """An error in how a command was typed, or a refusal raised as SystemExit("why"), ends the command with one
+    `error:` line and exit status 2, as every input error does (`_fail`): click printed a 5-6 line usage box, and
+    Python a SystemExit's message with exit status 1. `coalign` alone still prints the help."""
+    try:
+        yield
+    except _HELP:
+        raise
+    except _CLICK.ClickException as err:
+        report_error(f"error: {_usage(err)}")
+        raise typer.Exit(ERROR_CODE) from None
+    except SystemExit as stop:
+        if not isinstance(stop.code, str):
+            raise
+        report_error(f"error: {stop.code}")
+        raise typer.Exit(ERROR_CODE) from None
+
+
+class _Commands(TyperGroup):
+    """The app's commands, each parsed and run under `_one_line_errors` (the data group's too: they run inside
+    this group's `invoke`)."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: typer.Context | None = None, **extra: Any
+    ) -> typer.Context:
+        with _one_line_errors():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        with _one_line_errors():
+            return super().invoke(ctx)
+
+
+app = typer.Typer(
+    help="Train teams of LLM agents to work together (MOAT, PilotRL).", no_args_is_help=True, cls=_Commands
+)
 data_app = typer.Typer(help="Make and check task data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 console = make_console()
@@ -174,12 +226,13 @@ def pretrain(
     )
 
 
-def _checkpoint(given: str | None) -> str | None:
+def _checkpoint(given: str | None, option: str = "") -> str | None:
     """A model to evaluate, resolved as `train` resolves one (`bases.starting_point`) but never from scratch, and a
-    hub id looked up now: a missing folder or an unreachable hub stops before any eval folder is made."""
+    hub id looked up now: a missing folder or an unreachable hub stops before any eval folder is made, its error
+    led by the `option` that gave it (`--planner`)."""
     from coalign.models.bases import starting_point
 
-    return None if given is None else starting_point(given, scratch=False, look_up=True)
+    return None if given is None else starting_point(given, scratch=False, look_up=True, key=option)
 
 
 @app.command("eval")
@@ -199,7 +252,10 @@ def eval_(
     held-out sets; for a pilotrl config, the agent on every environment
     at each plan-update interval."""
     try:  # before the imports and the config, which take seconds: a wrong path fails at once
-        planner, grounder, model = (_checkpoint(given) for given in (planner, grounder, model))
+        planner, grounder, model = (
+            _checkpoint(given, f"--{option}")
+            for given, option in ((planner, "planner"), (grounder, "grounder"), (model, "model"))
+        )
     except RunError as err:
         raise _fail(err) from None
     from coalign.registry import recipe
@@ -523,15 +579,17 @@ def data_fetch(
     except FetchError as err:
         raise _fail(err) from None
     except DataError as err:
-        typer.echo(f"error: {err}", err=True)
-        typer.echo("the file is kept as fetched; --skip-bad-rows (here and for the run) leaves such rows out", err=True)
-        raise typer.Exit(2) from None
+        kept = "the file is kept as fetched; --skip-bad-rows (here and for the run) leaves such rows out"
+        raise _fail(DataError(err.path, err.line, err.field, f"{err.problem}; {kept}", err.kind)) from None
 
 
 @data_app.command("check-gold")
 def data_check_gold(
     kind: Annotated[str, typer.Argument(help="gsm8k or svamp (a data file), or suite (a bundled one, --family)")],
-    path: Annotated[Optional[Path], typer.Argument(help="the data file, for gsm8k and svamp")] = None,
+    path: Annotated[
+        Optional[Path],
+        typer.Argument(help="the data file, for gsm8k and svamp; shipped:gsm8k/test.jsonl names a shipped one"),
+    ] = None,
     skip_bad_rows: SkipOpt = False,
     family: FamilyOpt = "maths",
     n: Annotated[int, typer.Option(help="suite: tasks per split")] = 1000,
@@ -544,6 +602,7 @@ def data_check_gold(
     from coalign.core.errors import SkippedRows
     from coalign.tasks.gold import gold_execution_report
     from coalign.tasks.gsm8k import load_gsm8k
+    from coalign.tasks.shipped import PREFIX, shipped_file
     from coalign.tasks.sources import report_skipped
     from coalign.tasks.svamp import load_svamp
 
@@ -557,8 +616,12 @@ def data_check_gold(
         raise typer.BadParameter(f"kind must be one of {sorted([*loaders, 'suite'])}")
     if path is None:
         raise typer.BadParameter(f"{kind} needs the dataset file's path")
+    shipped = path.as_posix().removeprefix(PREFIX) if path.as_posix().startswith(PREFIX) else None
+    if shipped and shipped.split("/")[0] != kind:  # a config refuses it too (`DataSource`)
+        raise typer.BadParameter(f"{PREFIX}{shipped} is a {shipped.split('/')[0]} file, not a {kind} one")
     skipped = SkippedRows()
     try:
+        path = shipped_file(shipped) if shipped else path  # a shipped file, named as a config names it
         tasks = loaders[kind](path, skipped if skip_bad_rows else None)
     except DataError as err:
         raise _fail(err) from None

@@ -44,7 +44,7 @@ def one_step(init: Path, lora: LoraSettings | None, shard: bool) -> torch.nn.Mod
     `TEXT`, its decoder layers and the whole model each an FSDP2 unit when `shard` (every rank takes the same
     batch, so the averaged gradient is one process's)."""
     torch.manual_seed(0)
-    model, peft_config = common.training_model(init, False, lora)
+    model, peft_config = common.training_model(init, False, lora, bf16=False)
     if peft_config is not None:
         model = get_peft_model(model, peft_config)
     model.train()
@@ -67,7 +67,7 @@ def fsdp2(init: Path, out: Path) -> None:
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # accelerate's FSDP2 gathering
         gathered = get_model_state_dict(model, options=options)  # every rank takes part; the main one holds it
         if ranks.is_main():
-            common.save_weights(model, out / name, lora, False, gathered)
+            common.save_weights(model, out / name, lora, False, gathered, bf16=False)
         dist.barrier()
     dist.destroy_process_group()
 

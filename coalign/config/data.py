@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from coalign.config.base import Settings
 
 GENERATED_KINDS = ("suite", "qa_suite", "web_suite")
+# Sets with no gold plans or actions (data.md: "evaluation only"): scored, never trained on.
+EVALUATION_KINDS = ("strategyqa", "hotpotqa", "mind2web", "webshop")
 DATA_FOLDER = Path(__file__).resolve().parent.parent / "data"  # coalign/data: the shipped benchmark files
 
 
@@ -81,10 +83,42 @@ class DataSource(Settings):
         return self
 
 
+def _trainable(source: DataSource) -> DataSource:
+    """A set of `data.train`: not one of `EVALUATION_KINDS`, which hold test questions and nothing to learn from."""
+    if source.kind in EVALUATION_KINDS:
+        raise ValueError(
+            f"kind '{source.kind}' is evaluation only (no gold plans or actions to train on): list it under "
+            "data.heldin or data.heldout"
+        )
+    return source
+
+
+def same_set(source: DataSource) -> dict:
+    """What identifies the tasks a source gives, for `_not_trained_on`, each with how it is shown: its files,
+    resolved (a `shipped:` name to the package's copy), or a generator's kind, split and seed."""
+    if source.kind in GENERATED_KINDS:
+        return {(source.kind, source.split, source.seed): f"{source.kind} split '{source.split}', seed {source.seed}"}
+    paths = [p for p in (source.path, source.grounder_path) if p is not None]
+    return {
+        DATA_FOLDER / p.as_posix().removeprefix("shipped:") if p.as_posix().startswith("shipped:") else
+        p.expanduser().resolve(): p.as_posix() for p in paths
+    }  # fmt: skip
+
+
+def _not_trained_on(source: DataSource, info: ValidationInfo) -> DataSource:
+    """An evaluation set that is not one of `data.train`'s: scores on tasks trained on say nothing of what was
+    learned."""
+    mine = same_set(source)
+    for i, train in enumerate(info.data.get("train") or []):
+        if shared := mine.keys() & same_set(train).keys():
+            raise ValueError(f"data.train[{i}] trains on the same set ({mine[shared.pop()]}): evaluate on another one")
+    return source
+
+
 class DataSettings(Settings):
-    train: list[DataSource] = Field(min_length=1)
-    heldin: list[DataSource] = []
-    heldout: list[DataSource] = []
+    train: list[Annotated[DataSource, AfterValidator(_trainable)]] = Field(min_length=1)
+    heldin: list[Annotated[DataSource, AfterValidator(_not_trained_on)]] = []
+    heldout: list[Annotated[DataSource, AfterValidator(_not_trained_on)]] = []
     plan_following: float = Field(
         0.0,
         ge=0,

@@ -94,7 +94,7 @@ def load_settings(path: Path, model: type[Settings], overrides: dict | None = No
         raw = yaml.safe_load(text)
         root = yaml.compose(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        raise ConfigError(_yaml_problem(path, err)) from None
     raw = {} if raw is None else raw  # only an empty file is an empty mapping: `[]` or `false` is no config
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}, line 1: a config is a mapping of keys, got {type(raw).__name__}")
@@ -113,7 +113,19 @@ def load_settings(path: Path, model: type[Settings], overrides: dict | None = No
             if e["type"] == "extra_forbidden":
                 msg = SECRET_KEY if str(loc[-1]).lower() in SECRET_OPTIONS else "unknown key (typo?)"
             lines.append(f"{where}: field '{key}': {msg}")
-        raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+        raise ConfigError("; ".join(lines)) from None  # one line, however many fields: `error: ...` is one line
+
+
+def _yaml_problem(path: Path, err: yaml.YAMLError) -> str:
+    """PyYAML's error as one line at the file's own line and column: its text names `"<unicode string>"` (it
+    parses the text, not the file) over four lines."""
+    mark, context = getattr(err, "problem_mark", None), getattr(err, "context", None)
+    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+    problem = getattr(err, "problem", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
+    at = getattr(err, "context_mark", None)
+    if context and at:
+        context += f" at line {at.line + 1}, column {at.column + 1}"
+    return f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def _loc(error) -> tuple:

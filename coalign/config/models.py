@@ -64,7 +64,7 @@ class ServedModel(Settings):
 
 BACKEND_SETTINGS = {
     "hf": (),
-    "vllm": ("gpu_memory_utilization",),
+    "vllm": ("gpu_memory_utilization", "tensor_parallel_size", "max_model_len"),
     "openai": ("planner", "grounder", "api_key_env", "timeout_s", "max_retries", "max_concurrency"),
 }
 
@@ -77,6 +77,8 @@ class GenerationSettings(Settings):
     trains changes its models every stage. Each option belongs to one backend; another's, set off its default, is
     refused."""
 
+    new_keys = ("tensor_parallel_size", "max_model_len")
+
     backend: Literal["hf", "vllm", "openai"] = "hf"
     planner: ServedModel | None = None
     grounder: ServedModel | None = None
@@ -88,8 +90,19 @@ class GenerationSettings(Settings):
         0.4,
         gt=0,
         le=1,
-        description="each vLLM engine's share of the GPU: evaluation holds two (planner and grounder), and the rest "
-        "is left to the stages that train",
+        description="the vLLM engine's share of the GPU while it generates: one engine a process, the planner's "
+        "and grounder's weights swapped in it, asleep while a stage trains or scores; the rest holds the grounder "
+        "an evaluation scores with",
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="GPUs the engine spreads each model over (vLLM's); above 1 only in a run of one process"
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=16,
+        description="the longest prompt and completion the engine holds; none: the longest sequence the run's "
+        "stages train on (max_length) plus the most new tokens a generation asks for (pilotrl: max_context), "
+        "within the model's positions",
     )
 
     @model_validator(mode="after")

@@ -141,8 +141,11 @@ class PilotRLSettings(Settings):
         if self.rl and (stages := _stage_modes(info)) is not None:
             other = [name for name in self.rl.order if stages[name] != self.mode]
             if other:
-                mode = stages[other[0]]
-                raise ValueError(f"GRPO stage {other[0]!r} runs {mode} episodes, not pilotrl.mode {self.mode}")
+                mode, fit = stages[other[0]], ", ".join(n for n, m in stages.items() if m == self.mode)
+                raise ValueError(
+                    f"GRPO stage {other[0]!r} runs {mode} episodes, not pilotrl.mode {self.mode}: set pilotrl.rl: "
+                    f"null (the SFT alone) or a pilotrl.rl.order of {self.mode} stages ({fit})"
+                )
         if self.rl and self.history is not None and self.rl.beta > 0:
             raise ValueError(
                 f"pilotrl.history {self.history} with pilotrl.rl.beta {self.rl.beta}: a bounded context trains each "

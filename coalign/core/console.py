@@ -73,12 +73,22 @@ def error_line(message: str) -> None:
     sys.stderr.flush()
 
 
+def one_line(message: str) -> str:
+    """`message` on one line, so that an error is one line a user can grep: each line break becomes "; ", or a
+    space after a line that ends in a colon (a list's heading: "holds a different config:")."""
+    out = ""
+    for line in filter(None, (part.strip() for part in message.splitlines())):
+        out += ("" if not out else " " if out.endswith(":") else "; ") + line
+    return out
+
+
 def report_error(message: str) -> None:
-    """Print an error on stderr once per run. Under a launcher every rank meets the same error: only the main
-    rank prints it, and each failing rank records it in its launcher's error file, which torchrun's summary
-    shows as the root cause (also when the main rank did not fail, or was stopped before it printed). Under
-    `coalign launch` torchrun's ranks do not print: the launch prints the lowest failing rank's error, last."""
-    path = os.environ.get(ERROR_FILE)
+    """Print an error on stderr once per run, as one line (`one_line`). Under a launcher every rank meets the
+    same error: only the main rank prints it, and each failing rank records it in its launcher's error file,
+    which torchrun's summary shows as the root cause (also when the main rank did not fail, or was stopped
+    before it printed). Under `coalign launch` torchrun's ranks do not print: the launch prints the lowest
+    failing rank's error, last."""
+    message, path = one_line(message), os.environ.get(ERROR_FILE)
     if ranks.is_main() and not (path and os.environ.get(LAUNCHED)):
         error_line(message)
     if path:  # as torch's `ErrorHandler` writes it, less the traceback: its summary shows the message instead

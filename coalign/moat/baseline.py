@@ -17,12 +17,11 @@ from rich.console import Console
 from coalign.config import RunConfig
 from coalign.core.runs import Run, write_json
 from coalign.moat.cold_start import check_models, cold_starts, train_agent
-from coalign.moat.data import load_split, round_tasks
+from coalign.moat.data import round_tasks, start_run
 from coalign.moat.evaluate import evaluate_run
 from coalign.moat.sft_data import grounder_data
 from coalign.moat.units import round_units
 from coalign.tasks import Task
-from coalign.training.setup import prepare_run
 
 
 def matched_rounds(
@@ -65,6 +64,5 @@ def run_lumos(config: RunConfig, run_dir: str | Path, console: Console, force: b
     """Agent Lumos: independent SFT of both agents on ground truth, then evaluation
     (`force`: resume even if the run folder's config differs)."""
     check_models(config)
-    run = prepare_run(config, run_dir, console, force)
-    train = load_split(run, config, config.data.train, "train", console)
+    run, train = start_run(config, run_dir, console, force)
     return cold_starts({"": (config, run.root)}, train, 1, console, evaluation="eval")[""][2]

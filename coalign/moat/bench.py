@@ -38,7 +38,7 @@ from coalign.moat.data import record_split
 from coalign.moat.recipe import moat_rounds, refuse_llm_critic_on_turns
 from coalign.moat.report import write_report
 from coalign.tasks.sources import load_data, refuse_in_rounds, report_skipped
-from coalign.training.setup import job_memory, prepare_run, record_config
+from coalign.training.setup import check_run, job_memory, open_run, prepare_run, record_config
 
 
 @dataclass(frozen=True)
@@ -179,21 +179,22 @@ def run_bench(
     cold_configs = {s: _cold_config(config, s) for s in seeds}
     recipe_dirs = {(s, r): root / f"seed{s}" / r for s, r in configs}
     check_models(config)
-    for s in seeds:
-        record_config(Run(cold[s]), cold_configs[s], force)
-    for key, recipe_dir in recipe_dirs.items():
-        record_config(Run(recipe_dir), configs[key], force)
+    decided = check_run(cold_configs[seeds[0]])  # the seeds' cold starts differ by seed alone; rows of every file
     train, data = load_data(config.data.train, config.data.skip_bad_rows)
     refuse_in_rounds(train, "coalign bench")
     for run_config in configs.values():
         check = BENCHED[run_config.recipe].check
         if check:
-            check(run_config, train)  # before any cold start
+            check(run_config, train)  # before any cold start, and any folder: a failed start leaves none
+    for s in seeds:
+        record_config(Run(cold[s]), cold_configs[s], force)
+    for key, recipe_dir in recipe_dirs.items():
+        record_config(Run(recipe_dir), configs[key], force)
     report_skipped("train", data, console)
     for folder in [*cold.values(), *recipe_dirs.values()]:
         record_split(Run(folder), "train", data)
     for s in seeds:
-        prepare_run(cold_configs[s], cold[s], console)
+        open_run(cold_configs[s], cold[s], console, False, True, decided)
     starts = cold_starts({f"seed {s}": (cold_configs[s], cold[s]) for s in seeds}, train, workers, console)
     keys = list(configs)
     histories = run_jobs(

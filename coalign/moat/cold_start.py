@@ -28,8 +28,8 @@ def check_models(config: RunConfig) -> None:
     """RunError before any run folder is made when the planner or the grounder names no model: not a shipped
     base, a local folder, `scratch` or a hub id the hub (or its local cache) has (`bases.starting_point`), rather
     than when the stage that loads it starts."""
-    for name in (config.models.planner, config.models.grounder):
-        starting_point(name, look_up=True)
+    for agent in ("planner", "grounder"):
+        starting_point(getattr(config.models, agent), look_up=True, key=f"models.{agent}")
 
 
 def initial_models(run: Run, config: RunConfig, train: list[Task], console: Console) -> tuple[str, str]:

@@ -5,6 +5,8 @@ tasks a MOAT round works on.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 
 from rich.console import Console
 
@@ -12,6 +14,28 @@ from coalign.config import RunConfig
 from coalign.core.runs import Run, read_json, write_json
 from coalign.tasks import Task
 from coalign.tasks.sources import load_data, report_skipped
+from coalign.training.setup import check_run, open_run
+
+
+def start_run(
+    config: RunConfig,
+    run_dir: str | Path,
+    console: Console,
+    force: bool = False,
+    refuse: Callable[[list[Task]], None] | None = None,
+) -> tuple[Run, list[Task]]:
+    """A lumos or moat run's start, and its training tasks: every check (`check_run`, the rows of the evaluation
+    files among them), the training rows read and checked, the recipe's own checks of the tasks (`refuse`), and
+    only then the run folder, with the tasks' record in data.json. So a start that fails leaves no folder behind,
+    and a bad row anywhere stops it before any stage trains."""
+    decided = check_run(config)
+    train, record = load_data(config.data.train, config.data.skip_bad_rows)
+    if refuse is not None:
+        refuse(train)
+    run = open_run(config, run_dir, console, force, True, decided)
+    report_skipped("train", record, console)
+    record_split(run, "train", record)
+    return run, train
 
 
 def load_split(run: Run, config: RunConfig, sources: list, label: str, console: Console) -> list[Task]:

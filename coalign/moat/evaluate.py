@@ -19,6 +19,7 @@ or moat config.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from pathlib import Path
 from statistics import mean
 
 from rich.console import Console
+from rich.markup import escape
 
 from coalign.config import EvalSettings, RunConfig
 from coalign.core.errors import RunError
@@ -43,7 +45,14 @@ from coalign.tasks import Task, maths_suite, qa_suite, web_suite
 from coalign.tasks.episodes import grounder_conversation
 from coalign.tasks.sources import source_name
 from coalign.tools.executor import execute
-from coalign.training.setup import inference_bf16, inference_dependencies, prepare_run, removed_if_failed
+from coalign.training.setup import (
+    generation_settings,
+    inference_bf16,
+    inference_dependencies,
+    prepare_run,
+    removed_if_failed,
+    saved_recipe,
+)
 
 # Per family, the content-free subgoal that blanks a plan: one of the family's own vague subgoals,
 # so a blanked plan is text the grounder has seen in training, just without information.
@@ -338,7 +347,7 @@ def evaluate_run(
 
     def evaluate() -> dict:
         trust = config.models.trust_remote_code
-        generation = config.generation
+        generation = generation_settings(config)
         planner = Agent.load(planner_path, trust, generation, "planner", inference_bf16(config))
         grounder = Agent.load(grounder_path, trust, generation, "grounder", inference_bf16(config))
         results: dict = {}
@@ -391,20 +400,68 @@ def evaluate_checkpoints(
     force: bool = False,
     config_name: str = "CONFIG",
 ) -> dict:
-    """`coalign eval` of a lumos or moat config: the run's SFT checkpoints, evaluated again into the run folder;
-    or the given `planner` and `grounder` (the run's for the one not given), into a new eval-<time>/ folder
-    inside it, so the run's own evaluation is kept; one that fails before its evaluation finished is removed
-    again. `config_name`: the config as the command line named it, for the command an error suggests."""
+    """`coalign eval` of a lumos or moat config: what the run trained last (`trained_checkpoints`: a moat run's last
+    finished round, a lumos run's cold start), evaluated again as that stage of the run folder (kept as it is where
+    nothing it depends on changed); or the given `planner` and `grounder` (the run's for the one not given), into a
+    new eval-<time>/ folder inside it, so the run's own evaluation is kept; one that fails before its evaluation
+    finished is removed again. One line says which checkpoints are evaluated. A lumos config evaluates a moat run
+    and the other way round (`saved_recipe`). `config_name`: the config as the command line named it, for the
+    command an error suggests."""
     if not config.data.heldin and not config.data.heldout:
         raise RunError(f"{config_name}: nothing to evaluate; add sets under data.heldin or data.heldout")
     trained = Path(run_dir)
-    defaults = {agent: trained / "checkpoints" / f"{agent}_sft" for agent in ("planner", "grounder")}
+    recipe = saved_recipe(trained, config, ("lumos", "moat")) or config.recipe
+    stage, what, defaults = trained_checkpoints(trained, recipe)
     for agent, given in (("planner", planner), ("grounder", grounder)):
-        if given is None and not defaults[agent].is_dir():
+        if given is None and not Path(defaults[agent]).is_dir():
             where = f"{trained}: no such run folder" if not trained.is_dir() else f"{defaults[agent]}: no checkpoint"
             raise RunError(f"{where}; train first (coalign train {config_name} --run-dir {trained}) or give --{agent}")
-    root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}" if planner or grounder else trained
-    planner, grounder = planner or str(defaults["planner"]), grounder or str(defaults["grounder"])
+    if planner and grounder:
+        root, stage, what = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}", "eval", "the given checkpoints"
+    elif planner or grounder:
+        given, other = ("planner", "grounder") if planner else ("grounder", "planner")
+        root, stage = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}", "eval"
+        what = f"the given {given}, with {what}'s {other}"
+    else:
+        root, what = trained, f"{what} of a {recipe} run"
+    planner, grounder = planner or defaults["planner"], grounder or defaults["grounder"]
+    shown = [escape(_relative(path, trained)) for path in (planner, grounder)]
     with removed_if_failed(root):
         run = prepare_run(config, root, console, force, trains=False)
-        return evaluate_run(run, config, planner, grounder, console)
+        console.print(f"[bold]evaluating[/bold] {what}: planner {shown[0]}, grounder {shown[1]}", highlight=False)
+        return evaluate_run(run, config, planner, grounder, console, name=stage)
+
+
+ROUND_EVALUATION = re.compile(r"round(\d+)_eval")
+
+
+def trained_checkpoints(trained: Path, recipe: str) -> tuple[str, str, dict[str, str]]:
+    """(stage, what it is, {agent: checkpoint}) of what a lumos or moat run folder trained last: the planner and
+    grounder its last finished evaluation took, as its record names them (`Run.stage`'s `input_paths`), so a moat
+    run is evaluated at its last finished round (`round{r}_eval`), whichever of its stages trained each agent (a
+    round whose DPO kept no pair keeps the planner before it; a bench's rounds start from its seed's cold start in
+    another folder). A lumos run's is its `eval`. Without a finished evaluation, the cold start's checkpoints."""
+    found = ((ROUND_EVALUATION.fullmatch(p.stem), p) for p in trained.glob("stages/round*_eval.json"))
+    rounds = {int(m[1]): p for m, p in found if m}
+    marker = rounds[max(rounds)] if rounds else trained / "stages" / "eval.json"
+    if not marker.is_file():
+        cold = {agent: str(trained / "checkpoints" / f"{agent}_sft") for agent in ("planner", "grounder")}
+        return ("round0_eval" if recipe == "moat" else "eval"), "the cold start", cold
+    try:
+        paths = read_json(marker)["input_paths"]
+        planner, grounder = (str(trained / p) for p in paths)  # a record names a path outside the folder whole
+    except (OSError, ValueError, KeyError, TypeError):
+        raise RunError(
+            f"{marker}: records no checkpoints it evaluated (a run from before they were recorded); give --planner "
+            "and --grounder"
+        ) from None
+    what = f"round {max(rounds)}" if rounds and max(rounds) else "the cold start"
+    return marker.stem, what, {"planner": planner, "grounder": grounder}
+
+
+def _relative(path: str, folder: Path) -> str:
+    """`path` as it is shown: relative to the run `folder` where inside it."""
+    try:
+        return str(Path(path).relative_to(folder))
+    except ValueError:
+        return path

@@ -36,6 +36,7 @@ from coalign.envs.episode import Episode
 from coalign.formats.lumos import FormatError, parse_action, planner_prompt, split_actions
 from coalign.formats.lumos_iterative import Message, grounder_first_prompt, grounder_next_prompt, parse_planner_turn
 from coalign.models.agents import Agent, generate
+from coalign.models.vllm_engine import awake
 from coalign.tasks import Task
 from coalign.tasks.episodes import episode_for
 
@@ -147,7 +148,7 @@ def run_episodes(
     rollouts = [Rollout(task, episode_for(task)) for task in tasks]
     for rollout in rollouts:
         rollout.planner.append({"role": "user", "content": planner_prompt(rollout.task.question)})
-    with progress_bar() as bar:
+    with progress_bar() as bar, awake():  # vLLM's engine woken once for the loop, the agents' weights swapped in it
         progress = bar.add_task(f"{desc} (turns)", total=settings.max_turns)
         for turn in range(1, settings.max_turns + 1):
             running = [r for r in rollouts if r.stop is None]

@@ -49,7 +49,7 @@ from coalign.formats.answers import answer_correct
 from coalign.formats.lumos import FormatError, format_subgoals, grounder_prompt, parse_subgoals
 from coalign.moat.cold_start import check_models, cold_starts, train_agent
 from coalign.moat.critic import CriticInput, Verdict, make_critic, verdict_counts
-from coalign.moat.data import load_split, round_tasks
+from coalign.moat.data import round_tasks, start_run
 from coalign.moat.evaluate import evaluate_run
 from coalign.moat.output_room import check_room
 from coalign.moat.pairs import auc, held_aside, no_pair_advice, point_biserial, select_pairs, unpaired_counts
@@ -64,7 +64,12 @@ from coalign.tasks import Task
 from coalign.tasks.sources import refuse_in_rounds
 from coalign.tools.executor import execute
 from coalign.training.dpo import dpo
-from coalign.training.setup import inference_bf16, inference_dependencies, prepare_run, training_dependencies
+from coalign.training.setup import (
+    generation_settings,
+    inference_bf16,
+    inference_dependencies,
+    training_dependencies,
+)
 
 
 def _rows(path: Path) -> list[dict]:
@@ -134,7 +139,7 @@ def sample_stage(run: Run, r: int, config: RunConfig, planner: str, units: list[
     def sample() -> dict:
         torch.manual_seed(config.seed * 1000 + r)
         agent = Agent.load(
-            planner, config.models.trust_remote_code, config.generation, "planner", inference_bf16(config)
+            planner, config.models.trust_remote_code, generation_settings(config), "planner", inference_bf16(config)
         )
         prompts = [u.planner_prompt() for u in units]
         candidates = sample_completions(
@@ -305,7 +310,11 @@ def grounding_stage(run: Run, r: int, config: RunConfig, grounder: str, units, c
         users = [u.grounder_prompt(c) for u, cands in zip(units, candidates) for c in cands]
         outs = generate(
             Agent.load(
-                grounder, config.models.trust_remote_code, config.generation, "grounder", inference_bf16(config)
+                grounder,
+                config.models.trust_remote_code,
+                generation_settings(config),
+                "grounder",
+                inference_bf16(config),
             ),
             users,
             m.max_new_tokens_ground,
@@ -483,10 +492,12 @@ def run_moat(config: RunConfig, run_dir: str | Path, console: Console, force: bo
     """Cold start, then `config.moat.rounds` rounds of stage 1 and stage 2, evaluating after each
     (`force`: resume even if the run folder's config differs)."""
     check_models(config)
-    run = prepare_run(config, run_dir, console, force)
-    train = load_split(run, config, config.data.train, "train", console)
-    refuse_in_rounds(train, "MOAT rounds")
-    refuse_llm_critic_on_turns(config, train)
+
+    def refuse(train: list[Task]) -> None:  # before the run folder is made (`start_run`)
+        refuse_in_rounds(train, "MOAT rounds")
+        refuse_llm_critic_on_turns(config, train)
+
+    run, train = start_run(config, run_dir, console, force, refuse)
     planner, grounder, round0 = cold_starts({"": (config, run.root)}, train, 1, console)[""]
     return moat_rounds(run, config, train, planner, grounder, round0, console)
 

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from transformers import DynamicCache
+from trl.trainer.utils import selective_log_softmax
 
 from coalign.core import ranks
 from coalign.core.console import progress_bar
@@ -29,6 +29,13 @@ from coalign.models.agents import Agent
 from coalign.models.load import as_text, render_prompt
 
 REDUCTIONS = ("mean", "content", "sum")
+# Causal LMs whose logits are their output head applied to the decoder's last hidden states, nothing after it, so
+# scoring runs the head itself on a chunk of tokens at a time (Gemma's soft-cap and Cohere's and Granite's scales
+# come after the head: such models, and any other, are scored from their own logits)
+PLAIN_HEADS = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"})
+# fp32 logits a scoring chunk holds (2**24: 64 MiB, 110 tokens at Qwen's 151,936-token vocabulary), whatever the
+# rows and the vocabulary: the full logits of 64 rows of a few hundred tokens would take gigabytes
+CHUNK_LOGITS = 2**24
 
 # One call `R1, R2 = Tool(argument)`, up to the `;` before the next call or the end of the text;
 # the argument may hold parentheses and `;` (as in formats.split_actions).
@@ -195,23 +202,53 @@ def _accepts(model, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
+def _plain_head(model) -> bool:
+    """Whether `model`'s logits are its output head applied to its decoder's last hidden states (`PLAIN_HEADS`:
+    transformers' own classes, not a remote-code model's of the same name)."""
+    kind = type(model)
+    return kind.__name__ in PLAIN_HEADS and kind.__module__.startswith("transformers.models.")
+
+
+def _states(model, input_ids: torch.Tensor, keep: int, **inputs) -> tuple[torch.Tensor, torch.nn.Module | None]:
+    """One forward pass: the states at the last `keep` positions and the head that maps them to logits. A plain
+    head's model (`_plain_head`) runs its decoder alone and gives its hidden states and its head, so no logits
+    exist until `_logps` makes them a chunk at a time; any other gives its logits (only those `keep` where its
+    forward takes `logits_to_keep`) and no head."""
+    input_ids = input_ids.to(model.device)
+    if _plain_head(model):
+        hidden = model.get_decoder()(input_ids=input_ids, **inputs).last_hidden_state
+        return hidden[:, -keep:], model.get_output_embeddings()
+    extra = {"logits_to_keep": keep} if _accepts(model, "logits_to_keep") else {}
+    return model(input_ids=input_ids, **inputs, **extra).logits[:, -keep:], None
+
+
+def _logps(states: torch.Tensor, head: torch.nn.Module | None, targets: torch.Tensor) -> torch.Tensor:
+    """Each target token's log-probability after its state (one a row; `head`: as `_states` gives it), by TRL's
+    `selective_log_softmax` over fp32 logits of at most `CHUNK_LOGITS` entries at a time: the logsumexp of a
+    chunk's logits less the target's, never a whole batch's log-softmax."""
+    vocab = states.shape[-1] if head is None else head.weight.shape[0]
+    step = max(1, CHUNK_LOGITS // vocab)
+    chunks = []
+    for chunk, index in zip(states.split(step), targets.split(step)):
+        logits = (chunk if head is None else head(chunk)).float()
+        chunks.append(selective_log_softmax(logits[None], index[None])[0])  # one logsumexp call a chunk
+    return torch.cat(chunks)
+
+
 def _nll(
     model, input_ids: torch.Tensor, scored: torch.Tensor, content: torch.Tensor, first: int, **inputs
 ) -> list[ActionScore]:
-    """One forward pass; each row's NLL summed over its scored tokens and over its content tokens."""
-    keep = input_ids.shape[1] - first + 1  # logits at columns first-1 .. width-1
-    # Logits only where a completion token is predicted: the prompt is most of a grounder row.
-    extra = {"logits_to_keep": keep} if _accepts(model, "logits_to_keep") else {}
-    logits = model(input_ids=input_ids.to(model.device), **inputs, **extra).logits[:, -keep:-1]
-    targets = input_ids[:, first:].to(logits.device)
-    nll = (
-        F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
-        .view(len(input_ids), -1)
-        .double()
-        .cpu()
-    )
+    """One forward pass; each row's NLL summed over its scored tokens and over its content tokens. States only
+    where a completion token is predicted (the prompt is most of a grounder row), log-probabilities only of the
+    scored tokens (`_logps`), so no batch-by-vocabulary fp32 tensor exists."""
+    keep = input_ids.shape[1] - first + 1  # states at columns first-1 .. width-1
+    states, head = _states(model, input_ids, keep, **inputs)
     scored, content = scored[:, first:], content[:, first:] & scored[:, first:]
-    sums = torch.where(scored, nll, 0.0).sum(1).tolist()
+    picked = scored.to(states.device)
+    targets = input_ids[:, first:].to(states.device)[picked]
+    nll = torch.zeros(scored.shape, dtype=torch.float64)
+    nll[scored] = -_logps(states[:, :-1][picked], head, targets).double().cpu()
+    sums = nll.sum(1).tolist()
     content_sums = torch.where(content, nll, 0.0).sum(1).tolist()
     counts, content_counts = scored.sum(1).tolist(), content.sum(1).tolist()
     return [ActionScore(*values) for values in zip(sums, map(int, counts), content_sums, map(int, content_counts))]
@@ -228,6 +265,16 @@ def _cache_keyword(model) -> str:
         if _accepts(model, name):
             return name
     raise TypeError("prefix sharing needs a forward that takes a KV cache (`cache` or `past_key_values`)")
+
+
+def _cache_filler(model, keyword: str):
+    """A pass that only writes tokens' keys and values into a cache (passed as `keyword`): the decoder alone where
+    the head is plain (`_plain_head`), else the model keeping one position's logits where it can."""
+    if _plain_head(model):
+        decoder = model.get_decoder()
+        return lambda cache, **inputs: decoder(use_cache=True, **{keyword: cache}, **inputs)
+    keep = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
+    return lambda cache, **inputs: model(use_cache=True, **{keyword: cache}, **inputs, **keep)
 
 
 def _rows_cache(cache: DynamicCache, owner: torch.Tensor, config) -> DynamicCache:
@@ -247,13 +294,13 @@ def _score_shared(
     copy of its group's KV cache: rows of one group differ in length as much as rows of different groups, so
     batching them by length is what keeps the padding small."""
     keyword, device = _cache_keyword(model), model.device
+    fill = _cache_filler(model, keyword)
     heads = [rows[g.rows[0]].ids[: g.shared] for g in groups]
     root = min([g.shared for g in groups] + [_common_prefix(heads[0], h) for h in heads[1:]])
     root = root if len(groups) > 1 else 0
     cache, width = DynamicCache(config=model.config), max(g.shared for g in groups) - root
-    keep = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
     if root:  # the prefix all the groups share (the tool list, the task) runs once, for one row
-        model(input_ids=torch.tensor([heads[0][:root]], device=device), use_cache=True, **{keyword: cache}, **keep)
+        fill(cache, input_ids=torch.tensor([heads[0][:root]], device=device))
         cache = _rows_cache(cache, torch.zeros(len(groups), dtype=torch.long, device=device), model.config)
     # The rest of each group's prefix, left padded after the root, so that every one ends where its suffixes start.
     prefix = torch.full((len(groups), width), pad_id, dtype=torch.long)
@@ -263,13 +310,11 @@ def _score_shared(
         prefix[k, width - (g.shared - root) :] = torch.tensor(head[root:], dtype=torch.long)
         prefix_mask[k, root + width - (g.shared - root) :] = 1
     if width:
-        model(
+        fill(
+            cache,
             input_ids=prefix.to(device),
             attention_mask=prefix_mask.to(device),
             position_ids=(prefix_mask.cumsum(1) - 1).clamp(min=0)[:, root:].to(device),
-            use_cache=True,
-            **{keyword: cache},
-            **keep,
         )
     members = [(i, k) for k, g in enumerate(groups) for i in g.rows]
     order = sorted(range(len(members)), key=lambda m: groups[members[m][1]].shared - len(rows[members[m][0]].ids))

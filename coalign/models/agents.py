@@ -7,8 +7,7 @@ agent's generation backend (`backends`: the model's own generate unless the conf
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from coalign.core.console import NoBar, progress_bar
@@ -21,14 +20,21 @@ if TYPE_CHECKING:
     from coalign.config import GenerationSettings
 
 
-@dataclass
 class Agent:
-    """A loaded model with its tokenizer (padded left for generation), and where its text comes from:
-    `backend` None is the model's own batched generate."""
+    """A model with its tokenizer (padded left for generation), and where its text comes from: `backend` None is
+    the model's own batched generate. With `load` in place of a model, the model is loaded at its first use."""
 
-    model: object
-    tokenizer: object
-    backend: Backend | None = None
+    def __init__(
+        self, model: object, tokenizer: object, backend: Backend | None = None, load: Callable[[], object] | None = None
+    ):
+        self._model, self.tokenizer, self.backend, self._load = model, tokenizer, backend, load
+
+    @property
+    def model(self) -> object:
+        """The model (loaded now where it was not yet)."""
+        if self._model is None:
+            self._model = self._load()
+        return self._model
 
     @classmethod
     def load(
@@ -40,13 +46,18 @@ class Agent:
         bf16: bool = False,
     ) -> "Agent":
         """The checkpoint at `path`, its text from the backend `generation` (the config's block) names; `role`
-        picks the agent's server under the openai backend. The model is loaded whatever the backend: scoring
-        (stage 1's rewards, grounding PPL) needs its likelihoods, which no backend here gives. `bf16`: its
+        picks the agent's server under the openai backend. Scoring (stage 1's rewards, grounding PPL) needs the
+        model's likelihoods, which no backend here gives: under a backend the model is loaded only when scoring
+        first asks for it, so that it takes no GPU memory beside vLLM's engine where nothing scores. `bf16`: its
         weights in bf16 (the run's decision, `training.setup.inference_bf16`), else as saved."""
         tokenizer = load_tokenizer(path, trust_remote_code)
         backend = make_backend(generation, str(path), role, tokenizer, trust_remote_code, bf16)
-        model = load_model(path, trust_remote_code=trust_remote_code, dtype="bfloat16" if bf16 else "auto")
-        return cls(model.to(inference_device()), tokenizer, backend)
+
+        def load() -> object:
+            dtype = "bfloat16" if bf16 else "auto"
+            return load_model(path, trust_remote_code=trust_remote_code, dtype=dtype).to(inference_device())
+
+        return cls(None, tokenizer, backend, load) if backend else cls(load(), tokenizer)
 
 
 def generate(

@@ -20,8 +20,9 @@ config's `generation` block picks one for the lumos and moat recipes, pilotrl's 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -32,7 +33,7 @@ from coalign.core.endpoint_options import CriticBudget, OpenAIOptions
 from coalign.core.errors import RunError
 from coalign.models.endpoint import RETRYABLE, CallError, request_json, retry_delay
 from coalign.models.load import is_adapter
-from coalign.models.vllm_engine import import_vllm, on_cpu, open_engine
+from coalign.models.vllm_engine import awake, engine, folder_config, import_vllm, on_cpu
 
 if TYPE_CHECKING:
     from coalign.config import GenerationSettings
@@ -130,36 +131,50 @@ class VLLMBackend:
     Under a launcher (torchrun, accelerate: several processes) each rank holds its own engine on its own GPU
     (vLLM's `external_launcher` executor, which takes the device from LOCAL_RANK), generates its contiguous
     share of the prompts (`ranks.share_all`) and every rank gets all completions back, in input order, as one
-    process would have computed them."""
+    process would have computed them.
+
+    The engine is the process's one (`vllm_engine.engine`), this checkpoint's weights reloaded into it at each
+    call that generates, so the planner and the grounder take turns in it: an agent loaded only to score (a
+    grounder's perplexity) never starts or loads it. `max_model_len`: the longest prompt and completion it
+    holds (within the model's positions); `tensor_parallel_size`: GPUs it spreads the model over."""
 
     def __init__(
-        self, path: str, tokenizer, trust_remote_code: bool, gpu_memory_utilization: float, bf16: bool = False
+        self,
+        path: str,
+        tokenizer,
+        trust_remote_code: bool,
+        gpu_memory_utilization: float,
+        bf16: bool = False,
+        max_model_len: int | None = None,
+        tensor_parallel_size: int = 1,
     ):
         vllm = import_vllm()
         if is_adapter(path):
             raise RunError(f"{path} is a LoRA adapter; generation.backend vllm loads whole models (lora.merge: true)")
         self.sampling, self.eos_token_id = vllm.SamplingParams, tokenizer.eos_token_id
         self.path, self.trust_remote_code, self.bf16 = path, trust_remote_code, bf16
-        self.gpu_memory_utilization = gpu_memory_utilization
-        self._llm = None
+        self.gpu_memory_utilization, self.tensor_parallel_size = gpu_memory_utilization, tensor_parallel_size
+        positions = folder_config(path).get("max_position_embeddings")
+        if isinstance(positions, int) and max_model_len is not None:
+            max_model_len = min(max_model_len, positions)
+        self.max_model_len = max_model_len
 
     @property
     def llm(self):
-        """The engine, started at the first call that generates: an agent loaded only to score (a grounder's
-        perplexity) never starts one."""
-        if self._llm is None:
-            # Several processes: one engine per rank, tensor parallel 1, on the GPU of its LOCAL_RANK (vLLM's mode
-            # for torchrun-launched data parallel; left to its default executor, every rank's engine lands on
-            # cuda:0). The engine seed is the same on every rank, as vLLM asks; requests carry their own anyway.
-            launched = ranks.world_size() > 1
-            options = {"distributed_executor_backend": "external_launcher", "seed": 0} if launched else {}
-            if on_cpu():  # a prompt's prefill split over steps rewinds its request's seeded generator, which on a
-                options["enable_chunked_prefill"] = False  # CPU fails ("CPU Generator does not use offset")
-            self._llm = open_engine(
-                self.path, self.trust_remote_code, self.bf16, enable_prefix_caching=True,
-                gpu_memory_utilization=self.gpu_memory_utilization, **options,
-            )  # fmt: skip
-        return self._llm
+        """The process's engine holding this checkpoint's weights (started by the first use; on a GPU asleep
+        outside `vllm_engine.awake`)."""
+        # Several processes: one engine per rank, tensor parallel 1, on the GPU of its LOCAL_RANK (vLLM's mode
+        # for torchrun-launched data parallel; left to its default executor, every rank's engine lands on
+        # cuda:0). The engine seed is the same on every rank, as vLLM asks; requests carry their own anyway.
+        launched = ranks.world_size() > 1
+        options = {"distributed_executor_backend": "external_launcher", "seed": 0} if launched else {}
+        if on_cpu():  # a prompt's prefill split over steps rewinds its request's seeded generator, which on a
+            options["enable_chunked_prefill"] = False  # CPU fails ("CPU Generator does not use offset")
+        return engine(
+            self.path, self.trust_remote_code, self.bf16, enable_prefix_caching=True,
+            gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=self.max_model_len,
+            tensor_parallel_size=self.tensor_parallel_size, **options,
+        )  # fmt: skip
 
     def sampling_params(self, max_new_tokens: int, n: int, temperature: float, top_p: float, seed: int):
         """vLLM's settings for one request, its candidates sampled from `seed` (greedy at temperature 0: none)."""
@@ -198,17 +213,29 @@ class VLLMBackend:
             advance(len(indices))
             return out
 
-        return ranks.share_all(mine, range(len(prompts)))
+        with self.phase():  # on every rank, prompts or none
+            return ranks.share_all(mine, range(len(prompts)))
+
+    @contextmanager
+    def phase(self) -> Iterator[object]:
+        """A generation phase of this agent (`vllm_engine.awake`): the engine, its weights this checkpoint's from
+        the start. Entered on every rank at once: the engine's start is collective (`vllm_engine.engine`), and a
+        rank without prompts of its own would otherwise leave the others waiting for it."""
+        with awake():
+            yield self.llm
 
     def turns(
         self, batch: Sequence[list[int]], max_new_tokens: int, temperature: float, top_p: float
     ) -> list[list[int]]:
         """A turn writer (`turn_writers.TurnWriter`): each context's completion ids through its end of sequence,
         all contexts in one call, so that vLLM batches the episodes' turns as it schedules and its prefix cache
-        keeps an episode's context from one turn to the next. Seeded as `complete` (context i: seed + i)."""
+        keeps an episode's context from one turn to the next. Seeded as `complete` (context i: seed + i). Called
+        for one rank's episodes only: under several processes the caller's loop runs inside `phase`, entered on
+        every rank."""
         seed = int(torch.randint(2**31 - 1, ())) if temperature > 0 else 0
         params = [self.sampling_params(max_new_tokens, 1, temperature, top_p, seed + i) for i in range(len(batch))]
-        results = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in batch], params, use_tqdm=False)
+        with awake():
+            results = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in batch], params, use_tqdm=False)
         return [through_eos(r.outputs[0].token_ids, self.eos_token_id) for r in results]
 
 
@@ -316,7 +343,10 @@ def make_backend(
     if settings is None or settings.backend == "hf":
         return None
     if settings.backend == "vllm":
-        return VLLMBackend(path, tokenizer, trust_remote_code, settings.gpu_memory_utilization, bf16)
+        return VLLMBackend(
+            path, tokenizer, trust_remote_code, settings.gpu_memory_utilization, bf16, settings.max_model_len,
+            settings.tensor_parallel_size,
+        )  # fmt: skip
     served = getattr(settings, role)
     endpoint = OpenAIOptions(served.base_url, served.model, settings.api_key_env, settings.timeout_s)
     budget = CriticBudget(max_concurrency=settings.max_concurrency, max_retries=settings.max_retries)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shutil
@@ -88,17 +89,38 @@ def looks_like_path(name: str) -> bool:
     return bool(slash) and (head == RUNS or Path(head).is_dir())
 
 
-def accepted_models(scratch: bool = True) -> str:
-    """What a model may be named, for an error message."""
+HUB_ANY = "a hub id (owner/name)"
+HUB_CACHED = "a hub id (owner/name) in the local hub cache"  # what loads while the hub cannot be reached
+
+
+def accepted_models(scratch: bool = True, hub: str = HUB_ANY) -> str:
+    """What a model may be named, for an error message; `hub` says which hub ids would load now."""
     scratch_too = ", scratch" if scratch else ""
     bases = ", ".join(shipped_bases()) or "none"
     return (
         f"give a local model folder, a shipped base ({bases}), a named model ({', '.join(NAMED)}), a .gguf file"
-        f"{scratch_too} or a hub id (owner/name)"
+        f"{scratch_too} or {hub}"
     )
 
 
-def starting_point(name: str, scratch: bool = True, look_up: bool = False) -> str | None:
+def _closest(name: str) -> str:
+    """` (did you mean smollm2-135m?)`: the shipped base or named model `name` is a likely typo of, if any."""
+    close = difflib.get_close_matches(name, [*shipped_bases(), *NAMED], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def starting_point(name: str, scratch: bool = True, look_up: bool = False, key: str = "") -> str | None:
+    """`_starting_point`, its errors led by `key`, the config key or option that named the model
+    (`models.planner`, `--grounder`), so a name that loads nothing says where it was given."""
+    try:
+        return _starting_point(name, scratch, look_up)
+    except RunError as err:
+        if not key:
+            raise
+        raise RunError(f"{key}: {err}") from None
+
+
+def _starting_point(name: str, scratch: bool, look_up: bool) -> str | None:
     """Where a model named in a config or on the command line starts, the one rule every command follows:
 
     - `scratch` (or `tiny`): None, a from-scratch model that the run makes (a RunError unless `scratch`);
@@ -127,7 +149,7 @@ def starting_point(name: str, scratch: bool = True, look_up: bool = False) -> st
     if looks_like_path(name) or not HUB_ID.fullmatch(name):
         raise RunError(f"no such model folder: {name}; {accepted_models(scratch)}")
     if look_up:
-        hub_lookup(name)
+        hub_lookup(name, scratch)
     return name
 
 
@@ -141,10 +163,12 @@ def hub_offline() -> bool:
     )
 
 
-def hub_lookup(name: str) -> None:
+def hub_lookup(name: str, scratch: bool = True) -> None:
     """RunError, in one line, unless hub id `name` can load: it is in the local hub cache, or (HF_HUB_OFFLINE not
     set) one request to the hub, without retries, finds its config.json. Otherwise transformers would retry
-    every file five times and end in a traceback."""
+    every file five times and end in a traceback. A name the hub does not have, or that it cannot be asked for,
+    may be a typo of another kind of name: the error lists what would load (`accepted_models`; `scratch`: with
+    a from-scratch model)."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -158,30 +182,33 @@ def hub_lookup(name: str) -> None:
 
     if name in _FOUND_ON_HUB:
         return
-    missing = f"{name}: no such model folder or shipped base, and"
+    missing = f"{name}: no such model folder, shipped base or named model{_closest(name)}, and"
     try:
         if isinstance(try_to_load_from_cache(name, "config.json"), str):
             return
     except HFValidationError:
-        raise RunError(f"no such model folder: {name}; {accepted_models()}") from None
+        raise RunError(f"no such model folder: {name}; {accepted_models(scratch)}") from None
     if hub_offline():
         raise RunError(
             f"{missing} not in the local hub cache while HF_HUB_OFFLINE is set: download it first "
-            f"(hf download {name}) or give its folder"
+            f"(hf download {name}), or {accepted_models(scratch, HUB_CACHED)}"
         )
+    accepted = ""  # where the name may be a typo: what would load
     try:
         get_hf_file_metadata(hf_hub_url(name, "config.json"), retry_on_errors=False)
     except GatedRepoError:
         reason = "it is gated on the hub: accept its licence on huggingface.co, then log in (hf auth login)"
     except RepositoryNotFoundError:
         reason = "the hub has no such model (a private one needs hf auth login)"
+        accepted = f"; {accepted_models(scratch)}"
     except (EntryNotFoundError, RevisionNotFoundError):
         reason = "its hub repository has no config.json on main: not a transformers model"
     except HfHubHTTPError as err:
         reason = f"the hub answered {err.response.status_code if err.response is not None else 'with an error'}"
     except (HTTPError, OSError) as err:  # no network, no DNS, a timeout
         reason = f"the hub could not be reached ({type(err).__name__}: {' '.join(str(err).split())})"
+        accepted = f"; {accepted_models(scratch, HUB_CACHED)}"
     else:
         _FOUND_ON_HUB.add(name)
         return
-    raise RunError(f"{missing} {reason}")
+    raise RunError(f"{missing} {reason}{accepted}")

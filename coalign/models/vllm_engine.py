@@ -12,6 +12,12 @@ Each is a default: a variable the user set wins.
 New weights reach a running engine through `reload_weights` (vLLM's in-place reload, which on a CPU re-packs each
 linear layer for its kernels; the plain `load_weights` that TRL's colocated sync calls cannot write into a
 re-packed layer there).
+
+A process holds one engine for its whole run (`engine`): vLLM's in-process engines keep their GPU memory after
+deletion (vLLM issue 21073), so a second one would fail its start-up memory check. Each later checkpoint (a stage's,
+the other agent's) of the same architecture is reloaded into it in place, and on a GPU it sleeps (vLLM's sleep
+mode, level 1: weights to host memory, cache freed) outside the generation phases (`awake`), so that a trainer or
+a scoring model has the GPU between them.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -167,3 +175,189 @@ def reload_weights(
 
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": each(), "is_checkpoint_format": True})
     llm.reset_prefix_cache()
+
+
+# --------------------------------------------------------------------------- the process's one engine
+
+# config.json entries that differ between checkpoints of one model without changing what the engine computes
+BOOKKEEPING = frozenset({"_name_or_path", "_model_name_or_path", "transformers_version", "dtype", "torch_dtype"})
+
+
+@dataclass
+class Held:
+    """The process's engine and what it holds."""
+
+    llm: object
+    identity: dict
+    """What a checkpoint must share with the first to reuse the engine (`identity`)."""
+    first: str
+    """The checkpoint it was started on, for messages."""
+    weights: tuple | None
+    """Whose weights it holds (`weights_key`); None once a trainer wrote its own."""
+    sleeps: bool
+    """Started with sleep mode: on a GPU."""
+    asleep: bool = False
+
+
+_held: Held | None = None
+_phases = 0  # `awake` blocks entered and not left
+
+
+def identity(path: str | Path, trust_remote_code: bool, dtype: str) -> dict:
+    """What an engine computes a checkpoint with: its model config as transformers reads it (old and new
+    config.json layouts alike), less `BOOKKEEPING`, and the precision `dtype`."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code).to_dict()
+    return {**{k: v for k, v in config.items() if k not in BOOKKEEPING}, "engine dtype": dtype}
+
+
+def weights_key(path: str | Path) -> tuple:
+    """A checkpoint's weights as of now: its folder and the newest time its weight files were written (a folder
+    written again holds other weights); a hub id as it is."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return (str(path),)
+    times = [f.stat().st_mtime_ns for f in folder.glob("*.safetensors")]
+    return (str(folder.resolve()), max(times, default=0))
+
+
+def engine(path: str | Path, trust_remote_code: bool, bf16: bool, **options):
+    """The process's vLLM engine holding the weights of the checkpoint `path`, started by the first call with
+    `options` (vllm.LLM's, e.g. `max_model_len`; later calls' other options are the first's), with sleep mode on
+    a GPU. A later checkpoint is reloaded into it (`load_checkpoint`); one of another architecture or precision,
+    or longer sequences than it holds, is a RunError, since a second engine would not fit. Asleep on return
+    outside `awake`.
+
+    Under several processes every rank must call it at the same point: vLLM's first group creation there is a
+    collective call, which a rank with no prompts of its own would never join."""
+    global _held
+    check_cpu_heads(folder_heads(path), str(path))  # a model no engine here can run, whatever one is held
+    dtype = engine_options(path, bf16)["dtype"]
+    wanted = identity(path, trust_remote_code, dtype)
+    if _held is None:
+        sleeps = not on_cpu()
+        options["enable_sleep_mode"] = sleeps  # TRL's colocated trainer asks for none: `awake` sleeps it
+        llm = open_engine(str(path), trust_remote_code, bf16, **options)
+        _held = Held(llm, wanted, str(path), weights_key(path), sleeps)
+    else:
+        _check_fits(_held, wanted, str(path), options.get("max_model_len"))
+        if _held.weights != weights_key(path):
+            _wake(_held)
+            load_checkpoint(_held.llm, path, trust_remote_code)
+            _held.weights = weights_key(path)
+    if not _phases:
+        _sleep(_held)
+    return _held.llm
+
+
+def _check_fits(held: Held, wanted: dict, path: str, max_model_len: int | None) -> None:
+    """RunError unless the held engine can compute the checkpoint at `path` (`identity`) up to `max_model_len`."""
+    if wanted != held.identity:
+        differ = sorted(k for k in wanted.keys() | held.identity.keys() if wanted.get(k) != held.identity.get(k))
+        shown = ", ".join(f"{k} {held.identity.get(k)!r} / {wanted.get(k)!r}" for k in differ[:3])
+        raise RunError(
+            f"{path}: this process's vLLM engine holds {held.first}, which differs in {shown}; one engine serves "
+            "a process (a second would not fit beside it on the GPU): give both agents one base and one precision "
+            "(bf16), or generate with generation.backend hf"
+        )
+    held_len = held.llm.llm_engine.model_config.max_model_len
+    if max_model_len is not None and max_model_len > held_len:
+        raise RunError(
+            f"{path}: sequences of {max_model_len} tokens asked of this process's vLLM engine, started for "
+            f"{held_len}; set one length for the run (generation.max_model_len, pilotrl.max_context)"
+        )
+
+
+def _wake(held: Held) -> None:
+    if held.sleeps and held.asleep:
+        torch.cuda.empty_cache()  # what the trainer's allocator kept, for the engine to map again
+        held.llm.wake_up()
+        held.asleep = False
+
+
+def _sleep(held: Held) -> None:
+    if held.sleeps and not held.asleep:
+        held.llm.sleep(level=1)
+        held.asleep = True
+
+
+@contextmanager
+def awake() -> Iterator[None]:
+    """A generation phase: the process's engine awake inside (woken once, on entry or when it starts in here) and
+    asleep after it, on a GPU, so that between phases a trainer or a scoring model has its memory. Phases nest: the
+    outermost one wakes and sleeps, so a loop of turns inside one wakes the engine once. Nothing on a CPU, where
+    vLLM has no sleep mode."""
+    global _phases
+    _phases += 1
+    try:
+        if _held is not None:
+            _wake(_held)
+        yield
+    finally:
+        _phases -= 1
+        if not _phases and _held is not None:
+            _sleep(_held)
+
+
+def weights_changed() -> None:
+    """The engine's weights were written by a trainer (TRL's sync), so they are no checkpoint's: the next `engine`
+    call reloads its checkpoint."""
+    if _held is not None:
+        _held.weights = None
+
+
+def in_process(llm) -> bool:
+    """Whether the engine's model runs in this process (a CPU engine, TRL's colocated one, one engine a rank under a
+    launcher), so that weights reach it as tensors; else in vLLM's workers (a GPU engine of one process)."""
+    executor = getattr(llm.llm_engine, "model_executor", None)  # absent where the engine core is a process
+    if executor is None:
+        return False
+    from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+    return isinstance(executor, UniProcExecutor)
+
+
+def checkpoint_folder(path: str | Path) -> Path:
+    """The local folder of a checkpoint (a hub id's downloaded weights)."""
+    if Path(path).is_dir():
+        return Path(path)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(str(path), allow_patterns=["*.json", "*.safetensors"]))
+
+
+def checkpoint_weights(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """The checkpoint's weights under their saved names, one tensor at a time."""
+    from safetensors import safe_open
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise RunError(f"{folder}: no .safetensors weights to load into the running vLLM engine")
+    for file in files:
+        with safe_open(str(file), "pt") as weights:
+            for name in weights.keys():
+                yield name, weights.get_tensor(name)
+
+
+def saved_ties(folder: Path, trust_remote_code: bool) -> dict[str, list[str]]:
+    """`tied_names` of the model the folder's config describes (built on the meta device: no memory), which a
+    checkpoint saves under the first name only."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    return tied_names(model)
+
+
+def load_checkpoint(llm, path: str | Path, trust_remote_code: bool) -> None:
+    """The checkpoint at `path` written into the running engine in place (same architecture). In this process: its
+    files as tensors, a tied head's under its own name too (`reload_weights`); in vLLM's workers: read there
+    (a GPU engine's tied head shares its embeddings' tensor)."""
+    folder = checkpoint_folder(path)
+    if in_process(llm):
+        reload_weights(llm, checkpoint_weights(folder), saved_ties(folder, trust_remote_code))
+    else:
+        llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder), "is_checkpoint_format": True})
+        llm.reset_prefix_cache()

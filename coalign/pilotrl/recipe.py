@@ -10,6 +10,7 @@ models again (`evaluate_checkpoint`); the helpers follow.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import time
@@ -34,7 +35,14 @@ from coalign.pilotrl.curriculum import STAGES, grpo_stages, stage_folder
 from coalign.pilotrl.expert import LLMPlans, expert_conversations
 from coalign.pilotrl.metrics import eval_metrics
 from coalign.pilotrl.runtime import expert_guide, model_planner, run_episodes
-from coalign.training.setup import inference_bf16, prepare_run, removed_if_failed, training_dependencies
+from coalign.training.setup import (
+    generation_settings,
+    inference_bf16,
+    prepare_run,
+    removed_if_failed,
+    saved_recipe,
+    training_dependencies,
+)
 from coalign.training.sft import sft_conversations
 
 
@@ -54,7 +62,7 @@ def run_pilotrl(
             raise RunError(f"pilotrl.heldin/heldout: {name}: {missing}")
     if start is not None and not settings.rl:
         raise RunError("a start checkpoint is for the GRPO stages, and pilotrl.rl is not set")
-    init = starting_point(settings.model, look_up=True)  # a missing model stops the run here, before any stage
+    init = starting_point(settings.model, look_up=True, key="pilotrl.model")  # stops the run before any stage
     run = prepare_run(config, run_dir, console, force)
     model, planner = start or cold_start(run, config, console, init), None
     if settings.rl:
@@ -133,7 +141,7 @@ def evaluate_all(
     """AdaPlan at each plan-update interval of `eval_update_every` (ReAct once); metrics.json holds them all."""
     settings, trust = config.pilotrl, config.models.trust_remote_code
     everies = settings.eval_update_every if settings.mode == "adaplan" else [1]
-    bf16, gen = inference_bf16(config), config.generation
+    bf16, gen = inference_bf16(config), generation_settings(config)
     results = {
         f"k{k}": evaluate(run, settings, model_path, k, console, trust, rl_order, planner, bf16=bf16, generation=gen)
         for k in everies
@@ -163,7 +171,8 @@ def evaluate(
 
     def work() -> None:
         agent = Agent.load(model_path, trust, generation, bf16=bf16)
-        writer = agent.backend.turns if isinstance(agent.backend, VLLMBackend) else None
+        engine = agent.backend if isinstance(agent.backend, VLLMBackend) else None
+        writer = engine.turns if engine else None
         if expert_plans:
             guide = expert_guide
         else:
@@ -175,11 +184,12 @@ def evaluate(
         given = ", the expert's plans given" if expert_plans else ""
         console.print(f"[bold]{name}[/bold]: {settings.eval_tasks} tasks on each of {', '.join(names)} "
                       f"({settings.mode}, plan update every {every}{given})")  # fmt: skip
-        episodes = run_episodes(
-            agent.model, agent.tokenizer, tasks, settings.mode, every, settings.max_new_tokens,
-            settings.max_context, len(tasks) if writer else settings.batch_size, desc=name, guide=guide, writer=writer,
-            history=settings.history,
-        )  # fmt: skip
+        with engine.phase() if engine else contextlib.nullcontext():  # on every rank: its start is collective
+            episodes = run_episodes(
+                None if engine else agent.model, agent.tokenizer, tasks, settings.mode, every,
+                settings.max_new_tokens, settings.max_context, len(tasks) if writer else settings.batch_size,
+                desc=name, guide=guide, writer=writer, history=settings.history,
+            )  # fmt: skip
         rows = [e.to_json() for e in episodes]
         write_jsonl(run.path(name, "episodes.jsonl"), rows)
         write_json(run.path(name, "metrics.json"), eval_metrics(rows, settings, every, rl_order))
@@ -197,8 +207,10 @@ def evaluate_checkpoint(
     """`coalign eval` of a pilotrl config: what the run trained (its last GRPO stage's checkpoint, with an
     isolated planner's; its SFT one without GRPO stages), evaluated again into the run folder as training
     did; or `model`, into a new eval-<time>/ folder inside the run folder, so the run's own evaluation is
-    kept; one that fails before any of its evaluations finished is removed again."""
+    kept; one that fails before any of its evaluations finished is removed again. A run folder of another recipe
+    is refused in one line (`saved_recipe`)."""
     trained = Path(run_dir)
+    saved_recipe(trained, config, ("pilotrl",))
     if model is not None:
         root = trained / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
         with removed_if_failed(root):

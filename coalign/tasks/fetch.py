@@ -6,7 +6,7 @@ only one the hub has). Each set is written to `OUT/<set name>.jsonl` atomically 
 `OUT/fetch.json` (source id, revision, datasets' fingerprint, rows, size, sha256) as soon as it is written,
 so a download that fails later keeps everything written before it. Then each family's two files are read
 back with coalign's own Lumos loader, the one a run uses: a row the run would refuse is reported now, with
-its file, line and field, not hours later. The download is a parameter (`load`, `datasets.load_dataset` by
+its file, line and field, not hours later. The download is a parameter (`load`, `load_from_hub` by
 default), so tests fetch from local fixtures and never from the network.
 """
 
@@ -27,6 +27,7 @@ from coalign.tasks.lumos import load_lumos_tasks
 
 Loader = Callable[..., Dataset]  # called as load(dataset_id, split="train", revision=revision), as load_dataset
 RECORD = "fetch.json"
+LOOKUP_TIMEOUT_S = 10.0  # the one look-up before a download (`load_from_hub`)
 ROLES = ("plan", "ground")  # the planner's set, then the grounder's
 
 
@@ -56,10 +57,21 @@ class FetchError(RuntimeError):
     """A dataset that could not be downloaded; the message names it and says how to use a local copy instead."""
 
 
+def load_from_hub(source: str, split: str = "train", revision: str = "main") -> Dataset:
+    """`load_dataset` after one look-up of the set on the hub, which fails at once offline (and names a set or
+    revision the hub lacks): `load_dataset` itself retried for about 25 s, printing 11 lines, before it failed.
+    Under HF_HUB_OFFLINE there is no look-up: `load_dataset` reads the local cache."""
+    from huggingface_hub import HfApi, constants
+
+    if not constants.HF_HUB_OFFLINE:
+        HfApi().dataset_info(source, revision=revision, timeout=LOOKUP_TIMEOUT_S)
+    return load_dataset(source, split=split, revision=revision)
+
+
 def fetch_lumos(
     out: str | Path,
     families: Sequence[str] = tuple(LUMOS_SETS),
-    load: Loader = load_dataset,
+    load: Loader = load_from_hub,
     revision: str = "main",
     skip_bad_rows: bool = False,
     console: Console | None = None,

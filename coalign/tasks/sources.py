@@ -88,6 +88,16 @@ def check_files(data: DataSettings, splits: Sequence[str]) -> None:
                     )
 
 
+def check_rows(data: DataSettings, splits: Sequence[str]) -> None:
+    """Read every row of the data files of `splits`, as the run will read them (`load_source`), so a bad row
+    (DataError: file, line and field) or a file left with no task under `skip_bad_rows` stops the run before its
+    folder is made, not when the evaluation after training reaches it. The generated sets have no rows to check."""
+    for split in splits:
+        for source in getattr(data, split):
+            if source.kind not in GENERATED_KINDS:
+                load_source(source, SkippedRows() if data.skip_bad_rows else None)
+
+
 def _no_tasks(errors: list[DataError]) -> str:
     if not errors:
         return "no tasks: the file holds no rows; every data source needs at least one task"

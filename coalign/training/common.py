@@ -103,8 +103,19 @@ def trl_config(config_class: type[TrainerConfig], **kwargs) -> TrainerConfig:
             os.environ[LAUNCHER_PRECISION] = launched
 
 
-def training_model(init: str | Path, trust_remote_code: bool, lora: LoraSettings | None):
-    """The model a stage trains and the `peft_config` its TRL trainer gets (None: train the model as given).
+def weights_dtype(lora: LoraSettings | None, bf16: bool) -> str:
+    """The dtype a stage holds its model's weights in and saves its checkpoint in (`bf16`: the stage's
+    decision). LoRA under bf16 holds its frozen base in bf16, half of fp32's memory (each product is computed
+    in bf16 under autocast either way), while TRL's PEFT wrapping keeps the adapter in fp32 (PEFT's
+    `autocast_adapter_dtype`), where the optimizer's small updates are not rounded away. Weights that train
+    stay fp32: every one without LoRA, and the base's biases under `lora.bias` other than none, whose
+    updates bf16 would round away."""
+    return "bfloat16" if lora is not None and bf16 and lora.bias == "none" else "float32"
+
+
+def training_model(init: str | Path, trust_remote_code: bool, lora: LoraSettings | None, bf16: bool):
+    """The model a stage trains and the `peft_config` its TRL trainer gets (None: train the model as given),
+    its weights in `weights_dtype` (`bf16`: the stage's decision, its TRL config's `bf16`).
 
     Without `lora`, every weight. With it, a fresh adapter over `init`, except that under `merge: false` an
     adapter folder's own adapter trains on (TRL refuses a PEFT model with a new `peft_config`), so a run's
@@ -113,10 +124,11 @@ def training_model(init: str | Path, trust_remote_code: bool, lora: LoraSettings
     Call it once the stage's TRL config exists: under accelerate's DeepSpeed ZeRO-3 launch (`zero3_init_flag`)
     the config's arguments make `from_pretrained` load each process's shard alone (`deepspeed.zero.Init`), and
     without them every process loads all the weights first."""
+    dtype = weights_dtype(lora, bf16)
     if lora is None:
-        return load_model(init, trust_remote_code, dtype="float32"), None
+        return load_model(init, trust_remote_code, dtype), None
     if not lora.merge and is_adapter(init):
-        return load_model(init, trust_remote_code, "float32", quantize=lora.qlora, trainable_adapter=True), None
+        return load_model(init, trust_remote_code, dtype, quantize=lora.qlora, trainable_adapter=True), None
     config = LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
@@ -125,7 +137,7 @@ def training_model(init: str | Path, trust_remote_code: bool, lora: LoraSettings
         bias=lora.bias,
         task_type="CAUSAL_LM",
     )
-    return load_model(init, trust_remote_code, "float32", quantize=lora.qlora), config
+    return load_model(init, trust_remote_code, dtype, quantize=lora.qlora), config
 
 
 def save_adapter(model, folder: Path, state_dict: dict | None = None) -> None:
@@ -146,14 +158,22 @@ def save_adapter(model, folder: Path, state_dict: dict | None = None) -> None:
 
 
 def save_weights(
-    model, folder: Path, lora: LoraSettings | None, trust_remote_code: bool, state_dict: dict | None = None
+    model,
+    folder: Path,
+    lora: LoraSettings | None,
+    trust_remote_code: bool,
+    state_dict: dict | None = None,
+    *,
+    bf16: bool,
 ) -> None:
-    """The trained model's safetensors weights: a LoRA model's adapter alone under `merge: false`, else merged
-    into its base. A 4-bit base is loaded again at its own precision to merge into: merged into 4-bit weights
-    the update would be rounded, and the checkpoint would load only where bitsandbytes runs. `state_dict`:
-    the whole model's weights gathered from every process (FSDP and ZeRO-3 hold a shard each, so `model`'s own
-    are a shard): a LoRA model's adapter is taken from them and merged into a fresh float32 load of its base,
-    as one process merges it (merging in place would merge shards)."""
+    """The trained model's safetensors weights: a LoRA model's adapter alone under `merge: false` (in the
+    dtype it trained in), else merged into its base, in the dtype the stage held the base in (`weights_dtype`;
+    `bf16`: the stage's decision), so a bf16 run's checkpoint is half an fp32 one. A 4-bit base is loaded
+    again at that dtype to merge into: merged into 4-bit weights the update would be rounded, and the
+    checkpoint would load only where bitsandbytes runs. `state_dict`: the whole model's weights gathered
+    from every process (FSDP and ZeRO-3 hold a shard each, so `model`'s own are a shard): a LoRA model's
+    adapter is taken from them and merged into a fresh load of its base, as one process merges it (merging
+    in place would merge shards)."""
     if lora is None:
         model.save_pretrained(str(folder), state_dict=None if state_dict is None else tied_again(model, state_dict))
     elif not lora.merge:
@@ -161,7 +181,7 @@ def save_weights(
     elif lora.qlora or state_dict is not None:
         save_adapter(model, folder / "adapter", state_dict)
         with as_one_process():
-            merged = load_model(folder / "adapter", trust_remote_code, "auto" if lora.qlora else "float32")
+            merged = load_model(folder / "adapter", trust_remote_code, weights_dtype(lora, bf16))
         merged.save_pretrained(str(folder))
         shutil.rmtree(folder / "adapter")
     else:
@@ -254,7 +274,8 @@ def train_and_save(
         gathered = trainer.accelerator.get_state_dict(trainer.model_wrapped)
     with atomic_dir(out) as tmp:
         if ranks.is_main():  # the others hold an empty gathered state under ZeRO-3 and FSDP
-            save_weights(trainer.accelerator.unwrap_model(trainer.model), tmp, lora, trust_remote_code, gathered)
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            save_weights(model, tmp, lora, trust_remote_code, gathered, bf16=trainer.args.bf16)
             tokenizer.save_pretrained(str(tmp))
             (tmp / "train_log.json").write_text(json.dumps({**record, **log}))
     return out

@@ -91,7 +91,7 @@ def dpo(
         per_device_eval_batch_size=stage_batch(settings, key)[0],  # the memory training takes
         **trainer_args(settings, out, seed, key),
     )
-    model, peft_config = training_model(init, trust_remote_code, lora)  # after its config: `training_model`
+    model, peft_config = training_model(init, trust_remote_code, lora, config.bf16)  # after its config
     data = shared_dataset(dpo_dataset(tokenizer, triples), out / "trainer" / "pairs")
     aside = shared_dataset(dpo_dataset(tokenizer, held_aside), out / "trainer" / "held_aside") if held_aside else None
 

@@ -28,11 +28,13 @@ from coalign.core.errors import RunError
 from coalign.models.load import load_tokenizer
 from coalign.models.vllm_engine import (
     INSTALL,
-    engine_options,
+    awake,
+    engine,
     on_cpu,
     reload_weights,
     set_cpu_defaults,
     tied_names,
+    weights_changed,
 )
 from coalign.training.common import common_args, train_and_save, training_model, trl_config
 
@@ -48,26 +50,41 @@ class EpochSampler(RepeatSampler):
 
 
 class StageTrainer(GRPOTrainer):
-    """`GRPOTrainer` with `EpochSampler`, so that a stage resumed anywhere is the uninterrupted one; with a
-    colocated vLLM engine on a CPU, that engine eager and its weights synced by `vllm_engine.reload_weights`
-    (`colocated_on_cpu`)."""
+    """`GRPOTrainer` with `EpochSampler`, so that a stage resumed anywhere is the uninterrupted one. A colocated
+    vLLM engine is the process's one (`process_engine`: every stage of a run samples from the engine the first
+    started), awake only through each step's rollout phase (`_generate`); on a CPU its weights are synced by
+    `vllm_engine.reload_weights`."""
 
     def __init__(self, *args, **kwargs) -> None:
-        colocated = kwargs["args"].use_vllm and kwargs["args"].vllm_mode == "colocate"
-        if colocated:
+        self.colocated = kwargs["args"].use_vllm and kwargs["args"].vllm_mode == "colocate"
+        if self.colocated:
             own_rendezvous_port()
-        with colocated_on_cpu(kwargs["args"]):
+        with process_engine(kwargs["args"]):
             super().__init__(*args, **kwargs)
-        if colocated and on_cpu():
-            generation = self.vllm_generation
-            # TRL's sync calls `load_weights`, which cannot write into the CPU engine's re-packed linear layers;
-            # the same weights, named as TRL names them (a PEFT model's merged), through vLLM's in-place reload,
+        if self.colocated:
+            generation, trl_sync = self.vllm_generation, self.vllm_generation.sync_weights
+            # TRL's sync calls `load_weights`, which cannot write into a CPU engine's re-packed linear layers; there
+            # the same weights, named as TRL names them (a PEFT model's merged), go through vLLM's in-place reload,
             # a tied head's under its own name too
             tied = {
                 vllm_name(generation, name): [vllm_name(generation, alias) for alias in aliases]
                 for name, aliases in tied_names(generation.model).items()
             }
-            generation.sync_weights = lambda: reload_weights(generation.llm, generation._iter_named_params(), tied)
+
+            def synced() -> None:
+                if on_cpu():
+                    reload_weights(generation.llm, generation._iter_named_params(), tied)
+                else:
+                    trl_sync()
+                weights_changed()  # the policy's now, no checkpoint's
+
+            generation.sync_weights = synced
+
+    def _generate(self, prompts: list) -> tuple:
+        """TRL's rollout phase (weight sync, then the episodes), a colocated engine awake through it and asleep
+        while the trainer computes: woken once a generation batch, however many turns the episodes take."""
+        with awake() if self.colocated else contextlib.nullcontext():
+            return super()._generate(prompts)
 
     def _get_train_sampler(self, dataset: Dataset | None = None) -> Sampler:
         sampler = super()._get_train_sampler(dataset)
@@ -150,11 +167,12 @@ def own_rendezvous_port() -> None:
 
 
 @contextlib.contextmanager
-def colocated_on_cpu(args: GRPOConfig) -> Iterator[None]:
-    """While TRL starts a colocated vLLM engine on a CPU: vLLM's CPU settings (`vllm_engine.set_cpu_defaults`), the
-    engine eager and in the policy's precision (`vllm_engine.engine_options`: TRL's call names neither, and vLLM
-    would sample an fp32 policy's rollouts in 16 bits)."""
-    if not (args.use_vllm and args.vllm_mode == "colocate" and on_cpu()):
+def process_engine(args: GRPOConfig) -> Iterator[None]:
+    """While TRL starts a colocated vLLM engine: the process's one in its place (`vllm_engine.engine`), which the
+    first stage starts with TRL's options and each later stage gets with its starting checkpoint reloaded; in the
+    policy's precision (`vllm_engine.engine_options`: TRL's call names none, and vLLM would sample an fp32 policy's
+    rollouts in 16 bits), on a CPU eager and with vLLM's CPU settings (`vllm_engine.set_cpu_defaults`)."""
+    if not (args.use_vllm and args.vllm_mode == "colocate"):
         yield
         return
     set_cpu_defaults()
@@ -162,10 +180,10 @@ def colocated_on_cpu(args: GRPOConfig) -> Iterator[None]:
 
     started = vllm_generation.LLM
 
-    def engine(**options):
-        return started(**options, **engine_options(options["model"], args.bf16))
+    def llm(model: str, trust_remote_code: bool = False, **options):
+        return engine(model, trust_remote_code, args.bf16, **options)
 
-    vllm_generation.LLM = engine
+    vllm_generation.LLM = llm
     try:
         yield
     finally:
@@ -247,7 +265,7 @@ def train_grpo(
         raise ValueError(f"no training tasks for {out}: the dataset is empty")
     tokenizer = load_tokenizer(init, trust_remote_code)
     config = grpo_config(settings, epochs, out, seed, reward_weights, turn_tokens, context_tokens)
-    model, peft_config = training_model(init, trust_remote_code, lora)  # after its config: `training_model`
+    model, peft_config = training_model(init, trust_remote_code, lora, config.bf16)  # after its config
 
     def trainer() -> GRPOTrainer:
         return StageTrainer(

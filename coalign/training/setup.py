@@ -16,7 +16,16 @@ import yaml
 from pydantic import BaseModel
 from rich.console import Console
 
-from coalign.config import DPOSettings, GRPOSettings, LoraSettings, RunConfig, config_changes, config_to_yaml
+from coalign.config import (
+    TRAINING_STAGES,
+    DPOSettings,
+    GenerationSettings,
+    GRPOSettings,
+    LoraSettings,
+    RunConfig,
+    config_changes,
+    config_to_yaml,
+)
 from coalign.core import ranks
 from coalign.core.errors import RunError
 from coalign.core.machine import decide_bf16, precision_record
@@ -27,11 +36,14 @@ from coalign.models.load import llama_parameters, llama_sizes
 from coalign.models.vllm_engine import INSTALL as VLLM_INSTALL
 from coalign.models.vllm_engine import MISSING as VLLM_MISSING
 from coalign.models.vllm_engine import check_cpu_heads, engine_host_bytes, folder_config, head_size
-from coalign.tasks.sources import check_files
+from coalign.tasks.sources import check_files, check_rows
 from coalign.training.common import stage_batch
 
 # Settings an evaluation of a finished run may set without changing what the run trained: who writes the text.
 EVALUATION_ONLY = ("generation",)
+# What labels a run rather than what it trained, which an evaluation of its checkpoints may differ in: its name (a
+# bench's `tiny-moat` folder) and its recipe, whose evaluator checks that it can take the run (`saved_recipe`).
+RUN_LABELS = ("name", "recipe")
 
 
 def record_config(run: Run, config: RunConfig, force: bool = False, trains: bool = True) -> None:
@@ -39,14 +51,18 @@ def record_config(run: Run, config: RunConfig, force: bool = False, trains: bool
     unless `force`: then the old config is kept in `config.history/` and finished stages stay finished, but
     for those whose dependencies changed (`Run.stage`'s `depends_on`). A folder with no finished stage (a start
     that failed) takes the new config as it is: nothing in it was made under the old one. A run that does not train (an
-    evaluation of its checkpoints) may differ in `EVALUATION_ONLY` settings, and leaves the saved config as
-    training wrote it."""
+    evaluation of its checkpoints) may differ in `EVALUATION_ONLY` settings and `RUN_LABELS`, and leaves the saved
+    config as training wrote it."""
     text, saved = config_to_yaml(config), run.path("config.yaml")
     old = saved.read_text() if saved.exists() else None
     if old == text or (old is not None and not trains and _same_training(old, text)):
         return
     finished = any(run.path("stages").glob("*.json"))  # none: a start that failed, nothing made under `old`
     changes = config_changes(old, text) if old is not None and finished else []
+    if not trains and changes:  # what an evaluation may differ in is no change to name
+        changes = [c for c in changes if c.partition(":")[0].split(".")[0] not in (*EVALUATION_ONLY, *RUN_LABELS)]
+        if not changes:
+            return
     if changes and not force:
         listed = "".join(f"\n  {line}" for line in changes)
         raise SystemExit(
@@ -60,6 +76,24 @@ def record_config(run: Run, config: RunConfig, force: bool = False, trains: bool
         header = f"# replaced by a forced resume on {time.strftime('%Y-%m-%dT%H:%M:%S')}; changed:\n"
         atomic_write_text(history / f"{n:03d}.yaml", header + "".join(f"#   {c}\n" for c in changes) + old)
     atomic_write_text(saved, text)
+
+
+def saved_recipe(run_dir: str | Path, config: RunConfig, evaluates: tuple[str, ...]) -> str | None:
+    """The recipe of the run `run_dir` holds (its config.yaml's; None where none is saved yet, or it cannot be
+    read, which `record_config` then reports). `coalign eval` takes a run of another recipe than its config's
+    (`RUN_LABELS`) where `config`'s evaluator `evaluates` it (lumos and moat runs alike); else a RunError in one
+    line names the run's recipe."""
+    try:
+        saved = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    recipe = saved.get("recipe") if isinstance(saved, dict) else None
+    if recipe is not None and recipe not in evaluates:
+        raise RunError(
+            f"{run_dir} holds a {recipe} run, and this config's recipe is {config.recipe}, whose evaluation takes "
+            f"{' and '.join(evaluates)} runs: evaluate it with a {recipe} config, as it was trained"
+        )
+    return recipe
 
 
 def check_generation(config: RunConfig, trains: bool) -> None:
@@ -77,12 +111,68 @@ def check_generation(config: RunConfig, trains: bool) -> None:
             ("models.planner", config.models.planner), ("models.grounder", config.models.grounder)]  # fmt: skip
         for field, name in named:
             check_cpu_heads(engine_heads(name, config), f"{field} {name}")
+        check_one_engine(config, named, rl)
     if backend == "openai" and trains:
         raise RunError(
             "generation.backend openai generates with the checkpoints servers hold, but this run trains the planner "
             "and grounder it generates with; train with generation.backend hf or vllm, and evaluate finished "
             "checkpoints on servers with coalign eval --planner P --grounder G"
         )
+
+
+# a model's sizes, as config.json names them, that one vLLM engine's weights must share to be swapped for another's
+ENGINE_SHAPE = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size"
+)  # fmt: skip
+
+
+def check_one_engine(config: RunConfig, named: list[tuple[str, str]], rl: GRPOSettings | None) -> None:
+    """RunError before any work for what one vLLM engine a process (`vllm_engine.engine`) cannot serve: a planner
+    and a grounder of different shapes, where both are known (its weights are swapped between them); a GRPO
+    stage's engine in another precision than the evaluation's that reuses it; tensor parallelism under a
+    launcher (each rank holds an engine of its own, on its own GPU)."""
+    generation = config.generation
+    tensor_parallel = generation.tensor_parallel_size if generation else 1
+    if tensor_parallel > 1 and ranks.world_size() > 1:
+        raise RunError(
+            f"generation.tensor_parallel_size {tensor_parallel} with {ranks.world_size()} processes: under a "
+            "launcher each rank holds an engine on its own GPU; run one process (vLLM then spreads the engine "
+            "over that many GPUs), or set tensor_parallel_size: 1"
+        )
+    shapes = [(field, name, model_shape(name, config)) for field, name in named]
+    sizes = {(field, name): tuple(shape.get(k) for k in ENGINE_SHAPE) for field, name, shape in shapes if shape}
+    if len(set(sizes.values())) > 1:
+        (first, a), (second, b) = sizes
+        raise RunError(
+            f"{first} {a} and {second} {b} differ in shape, and a process holds one vLLM engine, whose weights are "
+            "swapped between the two agents: start both from one base, or generate with generation.backend hf"
+        )
+    if rl is not None and rl.generation == "vllm_colocate" and generation and generation.backend == "vllm":
+        trains, infers = decide_bf16(rl.bf16, "pilotrl.rl.bf16"), inference_bf16(config)
+        if trains != infers:
+            raise RunError(
+                f"pilotrl.rl.bf16 samples in {'bf16' if trains else 'the saved dtype'}, the evaluation in "
+                f"{'bf16' if infers else 'the saved dtype'}, and one vLLM engine a process serves both: set the "
+                "run's bf16"
+            )
+
+
+def generation_settings(config: RunConfig) -> GenerationSettings | None:
+    """The `generation` block as the run's agents generate by it: under vLLM with the engine's `max_model_len`,
+    unless the block sets one, from the run's lengths: pilotrl's episode budget (`max_context`); otherwise the
+    longest sequence the stages train on (their `max_length`) plus the most new tokens a generation asks for. Left
+    to vLLM, it is the model's own (131,072 positions for Qwen2.5-14B), whose key/value cache would not fit."""
+    block = config.generation
+    if block is None or block.backend != "vllm" or block.max_model_len is not None:
+        return block
+    if config.recipe == "pilotrl":
+        length = config.pilotrl.max_context
+    else:
+        trained = max(getattr(config, name).max_length for name in TRAINING_STAGES)
+        m, e = config.moat, config.eval
+        length = trained + max(m.max_new_tokens_plan, m.max_new_tokens_ground, e.max_new_tokens_plan,
+                               e.max_new_tokens_ground)  # fmt: skip
+    return block.model_copy(update={"max_model_len": length})
 
 
 # fp32 copies of a micro-batch's logits a training step holds at its peak (logits, log-softmax, their gradients and
@@ -173,9 +263,9 @@ def inference_dependencies(config: RunConfig) -> dict:
 
 
 def _same_training(old_yaml: str, new_yaml: str) -> bool:
-    """Whether two saved configs differ in `EVALUATION_ONLY` settings alone."""
+    """Whether two saved configs differ in `EVALUATION_ONLY` settings and `RUN_LABELS` alone."""
     old, new = yaml.safe_load(old_yaml), yaml.safe_load(new_yaml)
-    for name in EVALUATION_ONLY:
+    for name in (*EVALUATION_ONLY, *RUN_LABELS):
         old.pop(name, None)
         new.pop(name, None)
     return old == new
@@ -202,12 +292,16 @@ def check_batches(config: RunConfig) -> None:
 
 
 def check_start(config: RunConfig, trains: bool) -> None:
-    """Every check of a run's inputs that needs no run folder: the training batches (`check_batches`) and the data
-    files a run reads (`sources.check_files`; one that only evaluates reads no training set)."""
+    """Every check of a run's inputs that needs no run folder: the training batches (`check_batches`), the data
+    files a run reads (`sources.check_files`; one that only evaluates reads no training set), and every row of its
+    evaluation files (`sources.check_rows`), read now rather than after hours of training. The training rows are
+    read by the recipe before it opens the folder (`moat.data.start_run`)."""
     if trains:
         check_batches(config)
     if config.data is not None:
         check_files(config.data, ("train", "heldin", "heldout") if trains else ("heldin", "heldout"))
+        if config.recipe != "pilotrl":  # pilotrl's tasks are its environments': it reads no data set
+            check_rows(config.data, ("heldin", "heldout"))
 
 
 @contextmanager
@@ -228,13 +322,28 @@ def removed_if_failed(folder: str | Path) -> Iterator[None]:
 def prepare_run(
     config: RunConfig, run_dir: str | Path, console: Console, force: bool = False, trains: bool = True
 ) -> Run:
-    """Check the run can go, then open the run folder and record its config (see `record_config` for a changed
-    one); `trains` False for a run that only evaluates checkpoints (`check_generation`, `check_start`). Every
-    check runs before anything is written, so a start that fails one leaves no run folder."""
+    """Check the run can go (`check_run`), then open the run folder (`open_run`); `trains` False for a run that
+    only evaluates checkpoints. Every check runs before anything is written, so a start that fails one leaves no
+    run folder."""
+    return open_run(config, run_dir, console, force, trains, check_run(config, trains))
+
+
+def check_run(config: RunConfig, trains: bool = True) -> dict[str, bool]:
+    """Every check of a run that needs no run folder (`check_generation`, `decide_precision`, `check_start`); the
+    precision decisions, for `open_run`. A recipe with checks of its own (of its training tasks) runs them between
+    the two, so that they too come before anything is written."""
     ranks.set_timeout(config.ddp_timeout)  # before any check that meets the other ranks
     check_generation(config, trains)
     decided = decide_precision(config)
     check_start(config, trains)
+    return decided
+
+
+def open_run(
+    config: RunConfig, run_dir: str | Path, console: Console, force: bool, trains: bool, decided: dict[str, bool]
+) -> Run:
+    """Open the run folder, record its config (see `record_config` for a changed one) and the precision
+    `decided` by `check_run`."""
     run = Run(run_dir)
     run.check_shared()  # under a launcher: every rank sees the folder rank 0 writes, or all stop
     record_config(run, config, force, trains)

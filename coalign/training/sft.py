@@ -92,7 +92,7 @@ def _fit(
     tokenizer = load_tokenizer(init, trust_remote_code)
     tokenizer.padding_side = "right"
     config = trl_config(SFTConfig, completion_only_loss=True, **trainer_args(settings, out, seed, key))
-    model, peft_config = training_model(init, trust_remote_code, lora)  # after its config: `training_model`
+    model, peft_config = training_model(init, trust_remote_code, lora, config.bf16)  # after its config
     data = make_data(tokenizer)
 
     def trainer() -> SFTTrainer:

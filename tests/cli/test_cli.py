@@ -94,7 +94,8 @@ def test_a_conflict_between_sets_names_those_that_make_it():
     sets = ["seed=3", "generation.backend=vllm", "lora.merge=false"]
     with pytest.raises(ConfigError) as err:
         load_config("tiny", _overrides(sets))
-    assert "\n  --set generation.backend=vllm, --set lora.merge=false: field '(top level)': " in str(err.value)
+    named = "--set generation.backend=vllm, --set lora.merge=false: field '(top level)': "  # these two, no other
+    assert str(err.value).startswith(named) or f"; {named}" in str(err.value)
     with pytest.raises(ConfigError, match=r"--set moat.k=1: field 'moat': .*k must be >= 2"):
         load_config("tiny", _overrides(["moat.k=1"]))
 
@@ -121,27 +122,29 @@ def test_check_gold_reports_a_malformed_line(tmp_path):
 
 
 def _bad_data_config(tmp_path):
-    """The pipeline test's tiny config, training and evaluating on a GSM8K file whose lines 2 and 4 are bad."""
-    data = tmp_path / "test.jsonl"
+    """The pipeline test's tiny config, training on a GSM8K file whose lines 2 and 4 are bad and evaluating on a
+    copy of it (a set trained on is refused as an evaluation set)."""
+    data, heldin = tmp_path / "test.jsonl", tmp_path / "heldin.jsonl"
     good = json.dumps({"question": "Tom has 2 apples and gets 3. How many?", "answer": "2+3=<<2+3=5>>5\n#### 5"})
-    data.write_text("\n".join([good, '{"question": ', good, json.dumps({"answer": "#### 1"})]) + "\n")
+    for path in (data, heldin):
+        path.write_text("\n".join([good, '{"question": ', good, json.dumps({"answer": "#### 1"})]) + "\n")
     config = {
         **TINY,
         "data": {
             "train": [{"kind": "suite", "split": "train", "n": 24}, {"kind": "gsm8k", "path": str(data)}],
-            "heldin": [{"kind": "gsm8k", "path": str(data)}],
+            "heldin": [{"kind": "gsm8k", "path": str(heldin)}],
         },
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    return path, data
+    return path, data, heldin
 
 
 def test_train_stops_at_the_first_bad_row_or_skips_and_records_bad_rows(tmp_path):
-    config, data = _bad_data_config(tmp_path)
+    config, data, heldin = _bad_data_config(tmp_path)
     stopped = runner.invoke(app, ["train", str(config), "--run-dir", str(tmp_path / "strict")])
-    assert stopped.exit_code == 2 and f"{data}, line 2: invalid JSON" in stopped.output
-    assert not (tmp_path / "strict" / "checkpoints").exists()
+    assert stopped.exit_code == 2 and f"{heldin}, line 2: invalid JSON" in stopped.output  # read before training
+    assert not (tmp_path / "strict").exists()
 
     result = runner.invoke(app, ["train", str(config), "--run-dir", str(tmp_path / "run"), "--skip-bad-rows"])
     assert result.exit_code == 0, result.output
@@ -150,15 +153,15 @@ def test_train_stops_at_the_first_bad_row_or_skips_and_records_bad_rows(tmp_path
     assert "heldin/gsm8k: skipped 2 bad rows" in output
     record = json.loads((tmp_path / "run" / "data.json").read_text())
     assert record["train"]["tasks"] == 26 and record["heldin/gsm8k"]["tasks"] == 2
-    for label in ("train", "heldin/gsm8k"):
+    for label, path in (("train", data), ("heldin/gsm8k", heldin)):
         assert record[label]["skipped_rows"] == 2
         assert record[label]["by_reason"] == {"invalid JSON": 1, "missing field 'question'": 1}
-        assert record[label]["examples"][1] == f"{data}, line 4: field 'question': missing"
+        assert record[label]["examples"][1] == f"{path}, line 4: field 'question': missing"
     assert "skip_bad_rows: true" in (tmp_path / "run" / "config.yaml").read_text()
 
 
 def test_check_gold_can_skip_bad_rows(tmp_path):
-    _, data = _bad_data_config(tmp_path)
+    _, data, _ = _bad_data_config(tmp_path)
     result = runner.invoke(app, ["data", "check-gold", "gsm8k", str(data), "--skip-bad-rows"])
     assert result.exit_code == 0
     output = " ".join(result.output.split())  # however the console wraps

@@ -226,15 +226,16 @@ def test_grpo_stages_come_from_the_curriculum(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert str(err.value) == (
-        f"invalid config:\n  {path}, line 4: field 'pilotrl.rl': Value error, unknown GRPO stage 'four'; "
+        f"{path}, line 4: field 'pilotrl.rl': Value error, unknown GRPO stage 'four'; "
         "the stages are executor, planner, joint, all, vanilla, planner_isolated"
     )
     path.write_text("name: x\nrecipe: pilotrl\npilotrl:\n  rl:\n    order: [vanilla]\n")
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert str(err.value) == (
-        f"invalid config:\n  {path}, line 3: field 'pilotrl': Value error, GRPO stage 'vanilla' runs react "
-        "episodes, not pilotrl.mode adaplan"
+        f"{path}, line 3: field 'pilotrl': Value error, GRPO stage 'vanilla' runs react episodes, not pilotrl.mode "
+        "adaplan: set pilotrl.rl: null (the SFT alone) or a pilotrl.rl.order of adaplan stages (executor, planner, "
+        "joint, all, planner_isolated)"
     )
     assert load_config(path, {"pilotrl": {"mode": "react"}}).pilotrl.rl.order == ["vanilla"]
 

@@ -39,7 +39,7 @@ def run(command: list[str], **env: str) -> subprocess.CompletedProcess:
 def missing_model(tmp_path: Path) -> tuple[list[str], str]:
     """An eval every rank refuses at its start (a planner folder that is not there), and the error it prints."""
     folder = tmp_path / "no-such-checkpoint"
-    return ["eval", "tiny", "--planner", str(folder)], f"error: no such model folder: {folder};"
+    return ["eval", "tiny", "--planner", str(folder)], f"error: --planner: no such model folder: {folder};"
 
 
 def test_the_main_rank_alone_prints_an_error_and_each_failing_rank_records_it(tmp_path):

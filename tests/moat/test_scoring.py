@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    LlamaConfig,
+    MistralConfig,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 from coalign.config import TinySpec
 from coalign.formats.lumos import grounder_prompt, lumos_generation_prompt
@@ -22,6 +33,9 @@ from coalign.moat.scoring import (
 )
 from coalign.models.agents import Agent, grounder_example
 from coalign.models.load import make_tiny_model, render_prompt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from scoring_memory import PeakTensorMemory, full_vocabulary_nll, peak_scoring, wide_grounder  # noqa: E402
 
 SPEC = TinySpec(vocab_size=400, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 EXAMPLES = [
@@ -230,6 +244,61 @@ def test_models_without_a_kv_cache_are_refused_for_sharing(agent):
     users, completions = zip(*STAGE1)
     with pytest.raises(TypeError, match="KV cache"):
         score_completions(Agent(FullLogits(agent.model), agent.tokenizer), users, completions, share_prefix=True)
+
+
+TINY_SHAPE = {
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+}
+
+
+@pytest.mark.parametrize("config", [LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config])
+def test_plain_heads_are_their_models_logits(config):
+    """`PLAIN_HEADS` scores through the decoder and the head alone: their product is the model's own logits."""
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config(vocab_size=64, **TINY_SHAPE)).eval()
+    assert type(model).__name__ in score_module.PLAIN_HEADS and score_module._plain_head(model)
+    ids = torch.tensor([[1, 5, 9, 40, 7]])
+    with torch.no_grad():
+        hidden = model.get_decoder()(input_ids=ids).last_hidden_state
+        assert torch.equal(model.get_output_embeddings()(hidden), model(input_ids=ids).logits)
+
+
+def test_a_model_with_a_logit_soft_cap_scores_its_own_logits(agent):
+    """Gemma 2 caps its logits after the head (here at 1, so the cap matters): it is scored from its logits."""
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=len(agent.tokenizer), final_logit_softcapping=1.0, head_dim=8, **TINY_SHAPE)
+    gemma = Agent(Gemma2ForCausalLM(config).eval(), agent.tokenizer)
+    assert not score_module._plain_head(gemma.model)
+    with torch.no_grad():
+        ids = torch.tensor([[1, 5, 9, 40, 7]])
+        hidden = gemma.model.get_decoder()(input_ids=ids).last_hidden_state
+        assert not torch.allclose(gemma.model.get_output_embeddings()(hidden), gemma.model(input_ids=ids).logits)
+    users, completions = zip(*EXAMPLES)
+    for (user, completion), score in zip(EXAMPLES, score_completions(gemma, users, completions, batch_size=5)):
+        nll_sum, n = hf_row_loss(gemma, user, completion)
+        assert score.n_tokens == n and score.nll_sum == pytest.approx(nll_sum, rel=1e-4)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_scoring_holds_a_few_chunks_of_logits_however_many_rows_and_tokens(agent, monkeypatch, share):
+    """Issue 70: scoring made fp32 logits over the whole vocabulary for every kept column of every row (64 rows at
+    Qwen's 152k vocabulary: gigabytes). Counted op by op, its peak is now a few chunks of `CHUNK_LOGITS` fp32
+    logits (a chunk, the exponentials of its logsumexp), for 3 rows as for 15, where the old computation's
+    (`full_vocabulary_nll`) is eight times that bound for 3 rows."""
+    monkeypatch.setattr(score_module, "CHUNK_LOGITS", 2**20)  # 4 MiB a chunk: 8 tokens of a 131,072 vocabulary
+    wide, bound = wide_grounder(agent.tokenizer, 2**17, 16), 3 * 2**20 * 4
+    users, completions = zip(*(STAGE1 + EXAMPLES))
+    full, before = peak_scoring(wide, users[:3], completions[:3], 64, full_vocabulary_nll)
+    assert full > 8 * bound
+    for n in (3, len(users)):
+        with PeakTensorMemory() as peak:
+            score_completions(wide, users[:n], completions[:n], 64, share_prefix=share)
+        assert peak.peak < bound, n
+    assert_same_scores(before, score_completions(wide, users[:3], completions[:3], 64, share_prefix=share))
 
 
 def row(ids: list[int], start: int) -> EncodedRow:

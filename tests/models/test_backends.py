@@ -19,12 +19,13 @@ from coalign.core.endpoint_options import CriticBudget, OpenAIOptions
 from coalign.core.errors import RunError
 from coalign.formats.lumos import format_actions, format_subgoals, grounder_prompt, planner_prompt
 from coalign.moat.sft_data import tokenizer_texts
+from coalign.models import vllm_engine
 from coalign.models.agents import Agent, generate
 from coalign.models.backends import OpenAIBackend, VLLMBackend, make_backend
 from coalign.models.load import load_model, load_tokenizer, make_tiny_model, render_prompt
 from coalign.models.vllm_engine import engine_options, on_cpu
 from coalign.tasks.sources import load_sources
-from coalign.training.setup import check_generation
+from coalign.training.setup import check_generation, generation_settings
 from tests.fault_server import KEY, Reply, Server
 from tests.moat.test_baseline import TINY
 
@@ -116,10 +117,25 @@ def test_hf_is_the_default_and_an_explicit_hf_block_alike(tiny):
 class FakeLLM:
     made: list[dict] = []
     calls: list[tuple] = []
+    events: list[tuple] = []  # sleep, wake_up and reload_weights calls, in order
     n_out: int | None = None  # answer this many outputs per prompt instead of n
 
     def __init__(self, **kwargs):
         FakeLLM.made.append(kwargs)
+        config = types.SimpleNamespace(max_model_len=kwargs.get("max_model_len") or 2048)
+        self.llm_engine = types.SimpleNamespace(model_config=config)  # its engine core in a process of its own
+
+    def sleep(self, level):
+        FakeLLM.events.append(("sleep", level))
+
+    def wake_up(self):
+        FakeLLM.events.append(("wake_up",))
+
+    def collective_rpc(self, method, kwargs):
+        FakeLLM.events.append((method, kwargs["weights_path"]))
+
+    def reset_prefix_cache(self):
+        pass
 
     def generate(self, prompts, params, use_tqdm=True):
         """vLLM's contract with one SamplingParams per prompt: candidate i of a request sampled from its seed + i."""
@@ -139,15 +155,18 @@ class FakeSamplingParams:
         self.kwargs = kwargs
 
 
-CPU_ENGINE = {"enable_chunked_prefill": False} if on_cpu() else {}  # seeded requests on a CPU: `VLLMBackend.llm`
+# seeded requests on a CPU: `VLLMBackend.llm`; sleep mode on a GPU
+CPU_ENGINE = {"enable_chunked_prefill": False, "enable_sleep_mode": False} if on_cpu() else {"enable_sleep_mode": True}
+DEFAULTS = {"max_model_len": None, "tensor_parallel_size": 1}  # VLLMBackend's own
 
 
 @pytest.fixture
 def fake_vllm(monkeypatch):
     module = types.ModuleType("vllm")
     module.LLM, module.SamplingParams = FakeLLM, FakeSamplingParams
-    FakeLLM.made, FakeLLM.calls, FakeLLM.n_out = [], [], None
+    FakeLLM.made, FakeLLM.calls, FakeLLM.events, FakeLLM.n_out = [], [], [], None
     monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setattr(vllm_engine, "_held", None)  # this test's process engine, none before it
     # nor the real vLLM's CPU kernels, imported by an earlier test in this process: the stand-in takes any head size
     monkeypatch.setitem(sys.modules, "vllm.v1.attention.backends.cpu_attn", None)
     return module
@@ -196,7 +215,7 @@ def test_vllm_asks_for_k_candidates_in_one_call_with_prefix_caching(tiny, fake_v
     assert got == [[f"{len(p)}:{i}:{seed + 4 * j + i}" for i in range(4)] for j, p in enumerate(prompts)]  # by index
     assert FakeLLM.made == [
         dict(model=str(tiny), tokenizer=str(tiny), trust_remote_code=False, enable_prefix_caching=True,
-             gpu_memory_utilization=0.3, **engine_options(tiny, bf16=False), **CPU_ENGINE)
+             gpu_memory_utilization=0.3, **engine_options(tiny, bf16=False), **CPU_ENGINE, **DEFAULTS)
     ]  # fmt: skip
     greedy = agent.backend.sampling_params(9, 1, 0.0, 0.9, seed).kwargs
     assert (greedy["temperature"], greedy["top_p"], greedy["seed"]) == (0.0, 1.0, None)
@@ -211,7 +230,7 @@ def test_vllm_under_a_launcher_puts_one_engine_on_each_rank_s_gpu(tiny, fake_vll
     assert FakeLLM.made == [
         dict(model=str(tiny), tokenizer=str(tiny), trust_remote_code=False, enable_prefix_caching=True,
              gpu_memory_utilization=0.3, distributed_executor_backend="external_launcher", seed=0,
-             **engine_options(tiny, bf16=True), **CPU_ENGINE)
+             **engine_options(tiny, bf16=True), **CPU_ENGINE, **DEFAULTS)
     ]  # fmt: skip
     assert engine_options(tiny, bf16=True)["dtype"] == "bfloat16"
     assert engine_options(tiny, bf16=False)["dtype"] == "float32"  # as saved: vLLM's "auto" would take 16 bits
@@ -248,6 +267,23 @@ def test_vllm_under_a_launcher_generates_its_share_and_gives_back_one_process_s_
     assert shared == alone
 
 
+def test_under_a_launcher_a_rank_without_prompts_starts_its_engine_too(tiny, fake_vllm, monkeypatch):
+    """vLLM's first group creation under a launcher is collective: rank 1 of 2, given one prompt (rank 0's
+    share), starts its engine all the same, and generates nothing."""
+    from coalign.core import ranks
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+
+    class Group:  # rank 0's completion
+        def all_gather_object(self, parts, local):
+            parts[:] = [[["rank 0's"]], local]
+
+    monkeypatch.setattr(ranks, "_group", lambda: Group())
+    got = VLLMBackend(str(tiny), load_tokenizer(tiny), False, 0.3).complete(["hi"], 4, 1, 0.0, 1.0)
+    assert got == [["rank 0's"]] and len(FakeLLM.made) == 1 and FakeLLM.calls == []
+
+
 def alone_seed(stage_seed: int) -> int:
     """The seed a sampling call draws after the stage's `torch.manual_seed`."""
     torch.manual_seed(stage_seed)
@@ -267,6 +303,128 @@ def test_vllm_refuses_an_adapter_folder_and_a_config_saving_adapters(tiny, fake_
         VLLMBackend(str(tmp_path), load_tokenizer(tiny), False, 0.4)
     with pytest.raises(ConfigError, match="lora.merge: true"):
         load_config("tiny", {**TINY, "generation": {"backend": "vllm"}, "lora": {"merge": False}})
+
+
+def test_the_engine_takes_the_run_s_lengths_and_tensor_parallel_size(tiny, fake_vllm):
+    """MOAT's engine holds the longest trained sequence plus the most new tokens (Qwen2.5-14B's config: 1,024 +
+    512, not its 131,072 positions), pilotrl's its episode budget, a given length as given; within the model's
+    positions; over `tensor_parallel_size` GPUs."""
+    paper = load_config("paper-moat-qwen2.5-14b", {"generation": {"backend": "vllm"}})
+    assert generation_settings(paper).max_model_len == 1024 + 512
+    given = load_config("paper-moat-qwen2.5-14b", {"generation": {"backend": "vllm", "max_model_len": 4096}})
+    assert generation_settings(given).max_model_len == 4096
+    pilotrl = load_config("tiny-pilotrl", {"generation": {"backend": "vllm"}})
+    assert generation_settings(pilotrl).max_model_len == pilotrl.pilotrl.max_context
+    assert generation_settings(load_config("tiny", TINY)) is None  # hf: nothing to size
+    settings = GenerationSettings(backend="vllm", max_model_len=300, tensor_parallel_size=2)
+    agent = Agent.load(str(tiny), generation=settings)
+    generate(agent, USERS[:1], 4, progress=False)
+    (made,) = FakeLLM.made
+    assert (made["max_model_len"], made["tensor_parallel_size"]) == (300, 2)
+    assert SPEC.max_positions == 1024
+    capped = VLLMBackend(str(tiny), agent.tokenizer, False, 0.4, max_model_len=1536)
+    assert capped.max_model_len == 1024  # the model's positions
+
+
+def test_one_engine_serves_both_agents_their_weights_swapped_and_hf_models_unloaded(tiny, fake_vllm, monkeypatch):
+    """The planner and the grounder of one base in one engine, each call's agent's weights reloaded into it
+    (by path: this stand-in runs in a process of its own, as a GPU engine of one process does); their HF models
+    are never loaded by generation, and the grounder's is loaded when scoring asks for it."""
+    from coalign.models import agents
+
+    loaded, real_load = [], agents.load_model
+    monkeypatch.setattr(agents, "load_model", lambda path, **kw: loaded.append(str(path)) or real_load(path, **kw))
+    settings = GenerationSettings(backend="vllm")
+    planner = Agent.load(str(tiny), generation=settings, role="planner")
+    grounder_path = tiny.parent / "grounder"
+    if not grounder_path.exists():
+        shutil.copytree(tiny, grounder_path)
+    grounder = Agent.load(str(grounder_path), generation=settings, role="grounder")
+    for agent in (planner, grounder, grounder, planner):
+        generate(agent, USERS[:2], 4, progress=False)
+    assert len(FakeLLM.made) == 1 and FakeLLM.made[0]["model"] == str(tiny)
+    reloads = [path for event, *path in FakeLLM.events if event == "reload_weights"]
+    assert reloads == [[str(grounder_path)], [str(tiny)]]  # a swap where the agent changes
+    assert loaded == []
+    assert grounder.model is not None and loaded == [str(grounder_path)]  # scoring's model, loaded once asked
+
+
+def test_a_moat_evaluation_runs_both_agents_on_one_engine(tiny, fake_vllm, monkeypatch, tmp_path):
+    """`coalign eval` of a planner and a grounder under vLLM: one engine, each agent's weights swapped into it
+    where the agents alternate (plans, then the grounder on the planner's, gold and blanked subgoals); only the
+    grounder's HF model is loaded, for the grounding perplexity, and the planner's never."""
+    import importlib.machinery
+
+    from coalign.models import agents
+
+    monkeypatch.setattr(fake_vllm, "__spec__", importlib.machinery.ModuleSpec("vllm", None))  # installed, to the checks
+    monkeypatch.setitem(sys.modules, "vllm.v1.attention.backends.cpu_attn", None)
+    loaded, real_load = [], agents.load_model
+    monkeypatch.setattr(agents, "load_model", lambda path, **kw: loaded.append(str(path)) or real_load(path, **kw))
+    planner, grounder = tmp_path / "planner", tmp_path / "grounder"
+    shutil.copytree(tiny, planner)
+    shutil.copytree(tiny, grounder)
+    data = {**TINY["data"], "heldin": [{"kind": "suite", "split": "heldin", "n": 2}], "heldout": []}
+    config = load_config("tiny", {**TINY, "data": data, "generation": {"backend": "vllm"}})
+    run_dir = tmp_path / "run"
+    args = ["eval", _yaml(tmp_path, config), "--run-dir", str(run_dir), "--planner", str(planner)]
+    result = CliRunner().invoke(app, [*args, "--grounder", str(grounder)])
+    assert result.exit_code == 0, result.output
+    assert [made["model"] for made in FakeLLM.made] == [str(planner)]
+    reloads = [path for event, path in FakeLLM.events if event == "reload_weights"]
+    assert reloads == [str(grounder)]  # the planner's plans, then every grounder call
+    assert len(FakeLLM.calls) == 4  # plans; the grounder on them, on gold and on blanked subgoals
+    assert loaded == [str(grounder)]
+
+
+def test_an_engine_another_model_or_length_cannot_use_is_refused(tiny, fake_vllm, tmp_path):
+    """One engine a process: a checkpoint of another shape, or longer sequences than it was started for, is a
+    clear error and no second engine."""
+    tok = load_tokenizer(tiny)
+    VLLMBackend(str(tiny), tok, False, 0.4, max_model_len=256).complete(["hi"], 4, 1, 0.0, 1.0)
+    with pytest.raises(RunError, match=r"sequences of 512 tokens .* started for 256; set one length"):
+        VLLMBackend(str(tiny), tok, False, 0.4, max_model_len=512).complete(["hi"], 4, 1, 0.0, 1.0)
+    other = make_tiny_model(["a b c"], tmp_path / "other", SPEC.model_copy(update={"num_layers": 2}), seed=0)
+    with pytest.raises(RunError, match=r"holds .*, which differs in num_hidden_layers .*give both agents one base"):
+        VLLMBackend(str(other), load_tokenizer(other), False, 0.4).complete(["hi"], 4, 1, 0.0, 1.0)
+    assert len(FakeLLM.made) == 1
+
+
+def test_what_one_engine_a_process_cannot_serve_is_refused_before_any_work(monkeypatch):
+    """Tensor parallelism under a launcher, a planner and a grounder of different shapes, and a GRPO engine in
+    another precision than the evaluation that reuses it."""
+    monkeypatch.setitem(sys.modules, "vllm.v1.attention.backends.cpu_attn", None)  # heads of any size, as on a GPU
+    config = load_config("tiny", {**TINY, "generation": {"backend": "vllm", "tensor_parallel_size": 2}})
+    check_generation(config, trains=True)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RunError, match=r"tensor_parallel_size 2 with 2 processes: under a launcher"):
+        check_generation(config, trains=True)
+    monkeypatch.delenv("WORLD_SIZE")
+    wider = {**TINY, "models": {**TINY["models"], "planner": "coalign-base-2"}, "generation": {"backend": "vllm"}}
+    with pytest.raises(RunError, match=r"models.planner coalign-base-2 and models.grounder scratch differ in shape"):
+        check_generation(load_config("tiny", wider), trains=True)
+    rl = {"generation": "vllm_colocate", "bf16": True}
+    mixed = load_config("tiny-pilotrl", {"pilotrl": {"rl": rl}, "generation": {"backend": "vllm"}, "bf16": False})
+    with pytest.raises(RunError, match=r"pilotrl.rl.bf16 samples in bf16, the evaluation in the saved dtype"):
+        check_generation(mixed, trains=True)
+
+
+def test_on_a_gpu_the_engine_sleeps_outside_generation_phases(tiny, fake_vllm, monkeypatch):
+    """Sleep mode where vLLM has it: started asleep unless a phase is on, woken once per phase however many
+    calls it holds (a loop of turns), asleep again after it."""
+    monkeypatch.setattr(vllm_engine, "on_cpu", lambda: False)
+    tok = load_tokenizer(tiny)
+    backend = VLLMBackend(str(tiny), tok, False, 0.4)
+    assert backend.llm is not None and FakeLLM.made[0]["enable_sleep_mode"] is True
+    assert FakeLLM.events == [("sleep", 1)]
+    FakeLLM.events.clear()
+    with backend.phase():
+        for _ in range(3):
+            backend.complete(["hi"], 4, 1, 0.0, 1.0)
+    assert FakeLLM.events == [("wake_up",), ("sleep", 1)]
+    FakeLLM.events.clear()
+    backend.complete(["hi"], 4, 1, 0.0, 1.0)
+    assert FakeLLM.events == [("wake_up",), ("sleep", 1)]
 
 
 # --------------------------------------------------------------------------- openai-compatible server
@@ -403,6 +561,10 @@ def test_a_generation_block_validates_and_is_saved_only_when_given(tmp_path):
         ("  backend: openai\n  planner: {base_url: 'http://h/v1', model: p}\n", 5, "generation",
          "needs generation.grounder"),
         ("  backend: hf\n  timeout_s: 5\n", 5, "generation", "generation.timeout_s does not apply to backend hf"),
+        ("  backend: vllm\n  tensor_parallel_size: 0\n", 7, "generation.tensor_parallel_size",
+         "greater than or equal to 1"),
+        ("  backend: hf\n  tensor_parallel_size: 2\n", 5, "generation",
+         "generation.tensor_parallel_size does not apply to backend hf"),
         ("  backend: sglang\n", 6, "generation.backend", "'hf', 'vllm' or 'openai'"),
     ],
 )  # fmt: skip

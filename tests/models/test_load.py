@@ -177,7 +177,7 @@ def test_every_model_load_asks_for_safetensors_and_remote_code_only_when_set(mon
     monkeypatch.setattr(
         "coalign.models.load.AutoModelForCausalLM.from_pretrained", lambda *args, **kwargs: calls.append(kwargs)
     )
-    monkeypatch.setattr("coalign.models.bases.hub_lookup", lambda name: None)  # found on the hub, no network asked
+    monkeypatch.setattr("coalign.models.bases.hub_lookup", lambda name, scratch: None)  # on the hub, no network asked
     with pytest.raises(AttributeError):  # the stub returns no model to put in eval mode
         load_model("org/hub-model")
     with pytest.raises(AttributeError):

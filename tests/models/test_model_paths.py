@@ -16,7 +16,15 @@ from typer.testing import CliRunner
 from coalign.cli import app
 from coalign.core.errors import RunError
 from coalign.models import bases
-from coalign.models.bases import base_path, hub_lookup, looks_like_path, shipped_bases, starting_point
+from coalign.models.bases import (
+    HUB_CACHED,
+    accepted_models,
+    base_path,
+    hub_lookup,
+    looks_like_path,
+    shipped_bases,
+    starting_point,
+)
 
 runner = CliRunner()
 ACCEPTED = "give a local model folder, a shipped base"
@@ -72,7 +80,7 @@ def test_eval_of_a_missing_model_path_fails_at_once_without_the_network(no_netwo
     monkeypatch.chdir(tmp_path)  # no runs/ folder here: `runs/none` is still a path, never a hub id
     result = runner.invoke(app, ["eval", "tiny", "--planner", "runs/none", "--grounder", "runs/none"])
     line = _one_error_line(result)
-    assert line.startswith("error: no such model folder: runs/none; give a local model folder, a shipped base (")
+    assert line.startswith("error: --planner: no such model folder: runs/none; give a local model folder, a shipped ")
     assert "scratch" not in line  # eval takes no from-scratch model
     assert not (tmp_path / "runs").exists()  # no eval folder made
 
@@ -86,7 +94,8 @@ def test_train_resolves_a_missing_model_folder_by_the_same_rule(no_network):
 def test_train_and_bench_refuse_a_missing_model_folder_before_making_any_run_folder(no_network, tmp_path, command):
     run_dir = tmp_path / "run"
     result = runner.invoke(app, [command, "tiny", "--run-dir", str(run_dir), "--set", "models.grounder=runs/none"])
-    assert result.exit_code == 2 and "error: no such model folder: runs/none; " in result.output, result.output
+    assert result.exit_code == 2, result.output
+    assert "error: models.grounder: no such model folder: runs/none; " in result.output
     assert not run_dir.exists()
 
 
@@ -136,8 +145,8 @@ def test_offline_a_hub_id_loads_from_the_cache_or_is_one_clear_error(no_network,
     with pytest.raises(RunError) as err:
         hub_lookup("org/model")
     assert str(err.value) == (
-        "org/model: no such model folder or shipped base, and not in the local hub cache while HF_HUB_OFFLINE is "
-        "set: download it first (hf download org/model) or give its folder"
+        "org/model: no such model folder, shipped base or named model, and not in the local hub cache while "
+        f"HF_HUB_OFFLINE is set: download it first (hf download org/model), or {accepted_models(hub=HUB_CACHED)}"
     )
     snapshot = Path(hub_constants.HF_HUB_CACHE) / "models--org--model"
     (snapshot / "refs").mkdir(parents=True)
@@ -153,8 +162,8 @@ def test_online_a_hub_id_costs_one_request_and_a_failure_is_one_line(no_network,
     with pytest.raises(RunError) as err:
         starting_point("meta-llama/Llama-2-7b-hf", look_up=True)
     assert str(err.value) == (
-        "meta-llama/Llama-2-7b-hf: no such model folder or shipped base, and the hub could not be reached "
-        "(ConnectError: [Errno -2] Name or service not known)"
+        "meta-llama/Llama-2-7b-hf: no such model folder, shipped base or named model, and the hub could not be "
+        f"reached (ConnectError: [Errno -2] Name or service not known); {accepted_models(hub=HUB_CACHED)}"
     )
     assert len(hub.calls) == 1 and hub.calls[0].endswith("/meta-llama/Llama-2-7b-hf/resolve/main/config.json")
     response = httpx2.Response(404, request=httpx2.Request("HEAD", hub.calls[0]))
@@ -174,7 +183,7 @@ def test_train_asks_the_hub_for_its_models_before_making_any_run_folder(no_netwo
     )
     args = ["train", config, "--run-dir", str(tmp_path / "run"), "--set", f"{key}=org/typo"]
     line = _one_error_line(runner.invoke(app, args))
-    assert line.startswith("error: org/typo: ") and "the hub has no such model" in line
+    assert line.startswith(f"error: {key}: org/typo: ") and "the hub has no such model" in line
     assert len(hub.calls) == 1 and not (tmp_path / "run").exists()
 
 
@@ -183,10 +192,35 @@ def test_eval_reports_an_unreachable_hub_in_one_line_before_making_anything(no_n
     args = ["eval", "tiny", "--run-dir", str(tmp_path / "run"), "--planner", "org/model", "--grounder", "org/model"]
     line = _one_error_line(runner.invoke(app, args))
     assert line == (
-        "error: org/model: no such model folder or shipped base, and the hub could not be reached "
-        "(ConnectError: [Errno -2] Name or service not known)"
+        "error: --planner: org/model: no such model folder, shipped base or named model, and the hub could not be "
+        f"reached (ConnectError: [Errno -2] Name or service not known); {accepted_models(False, HUB_CACHED)}"
     )
     assert len(hub.calls) == 1 and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "key"),
+    [
+        ("train", "--set models=", "models.planner"),  # `models: NAME` sets both agents: the planner's is named first
+        ("train", "--set pilotrl.model=", "pilotrl.model"),
+        ("eval", "--grounder ", "--grounder"),
+    ],
+)
+def test_an_unknown_model_name_names_its_key_and_what_would_load(no_network, hub, tmp_path, command, option, key):
+    """A typo of a named model (`smollm2-999m`) is taken for a hub id; offline, its error said only that the hub
+    could not be reached. It names the key that gave it, the model it is close to, and what would load."""
+    hub.reply = httpx2.ConnectError("[Errno -2] Name or service not known")
+    config = "tiny-pilotrl" if "pilotrl" in key else "tiny"
+    args = [command, config, "--run-dir", str(tmp_path / "run"), *f"{option}smollm2-999m".split()]
+    line = _one_error_line(runner.invoke(app, args))
+    assert line.startswith(
+        f"error: {key}: smollm2-999m: no such model folder, shipped base or named model (did you mean smollm2-135m?), "
+        "and the hub could not be reached (ConnectError: "
+    )
+    assert line.endswith(accepted_models(command == "train", HUB_CACHED))
+    for accepted in ("a local model folder", *shipped_bases(), "smollm2-135m", "a .gguf file"):
+        assert accepted in line.split("; ")[-1]
+    assert not (tmp_path / "run").exists()
 
 
 def test_loading_resolves_names_by_the_same_rule(no_network, hub, monkeypatch):

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,10 +19,11 @@ import torch
 from coalign.config import GenerationSettings, load_config
 from coalign.core.errors import RunError
 from coalign.moat.sample import sample_completions
+from coalign.models import vllm_engine
 from coalign.models.agents import Agent, generate
 from coalign.models.backends import VLLMBackend
 from coalign.models.bases import starting_point
-from coalign.models.load import render_prompt
+from coalign.models.load import load_model, render_prompt
 from coalign.models.turn_writers import generate_turns
 from coalign.models.vllm_engine import on_cpu, reload_weights, tied_names
 from coalign.tasks.gsm8k import load_gsm8k
@@ -32,7 +36,8 @@ pytestmark = [
         reason="a GPU machine installs vLLM itself (pip install -e '.[vllm]'); on a CPU make install does",
     ),
 ]
-DATA = Path(__file__).parents[2] / "coalign" / "data" / "gsm8k" / "test.jsonl"
+ROOT = Path(__file__).parents[2]
+DATA = ROOT / "coalign" / "data" / "gsm8k" / "test.jsonl"
 NEW_TOKENS = 32
 TIE = 0.05  # nats between the two best next tokens under which kernels' rounding may pick either
 
@@ -182,10 +187,54 @@ def test_completions_equal_the_backends_turns(smol):
     assert [t[0] for t in texts] == [tok.decode(i, skip_special_tokens=True).strip() for i in ids]
 
 
-def test_an_engine_starts_only_when_the_agent_generates(smol):
+def test_an_agent_that_only_scores_starts_no_engine(smol, monkeypatch):
     _, _, path = smol
+    monkeypatch.setattr(vllm_engine, "_held", None)  # no engine in this process yet
     agent = Agent.load(path, generation=GenerationSettings(backend="vllm"))
-    assert isinstance(agent.backend, VLLMBackend) and agent.backend._llm is None
+    assert isinstance(agent.backend, VLLMBackend) and agent.model is not None  # the model scoring asks for
+    assert vllm_engine._held is None
+
+
+def test_one_engine_takes_each_checkpoint_s_weights_in_turn(smol, contexts, tmp_path, monkeypatch):
+    """Two agents of one base (SmolLM2, and a copy with moved embeddings, which its output head is tied to, and
+    halved MLP weights) generate in turn from the process's one engine: at each turn the engine's log-probabilities
+    are those of the agent's own checkpoint, and no second engine is started."""
+    import vllm
+
+    _, hf_agent, path = smol
+    started, real_init = [], vllm.LLM.__init__
+    monkeypatch.setattr(vllm.LLM, "__init__", lambda self, **kw: started.append(kw["model"]) or real_init(self, **kw))
+    moved = load_model(path)
+    with torch.no_grad():
+        embeddings = moved.get_input_embeddings().weight
+        embeddings.add_(torch.randn(embeddings.shape, generator=torch.Generator().manual_seed(1)) * 0.05)
+        for name, weight in moved.named_parameters():
+            if ".mlp." in name:
+                weight.mul_(0.5)
+    moved.save_pretrained(tmp_path / "moved")
+    hf_agent.tokenizer.save_pretrained(tmp_path / "moved")
+    settings = GenerationSettings(backend="vllm")
+    planner = Agent.load(path, generation=settings, role="planner")
+    grounder = Agent.load(str(tmp_path / "moved"), generation=settings, role="grounder")
+
+    def gap(agent: Agent, model) -> float:
+        """The largest difference of the engine's top-5 next-token log-probabilities from `model`'s."""
+        params = agent.backend.sampling(n=1, max_tokens=1, temperature=0.0, seed=0, logprobs=5)
+        worst = 0.0
+        with agent.backend.phase() as llm:
+            outs = llm.generate([{"prompt_token_ids": ids} for ids in contexts[:3]], params, use_tqdm=False)
+        for ids, out in zip(contexts, outs):
+            engine = torch.tensor(sorted(step.logprob for step in out.outputs[0].logprobs[0].values()))
+            with torch.no_grad():
+                own = model(torch.tensor([ids])).logits[0, -1].log_softmax(-1).topk(5).values.sort().values
+            worst = max(worst, float((engine - own).abs().max()))
+        return worst
+
+    for agent, model in ((grounder, moved), (planner, hf_agent.model), (grounder, moved)):
+        assert gap(agent, model) < 1e-3
+    assert gap(grounder, hf_agent.model) > 1e-2  # the two checkpoints differ where it is measured
+    assert len(started) <= 1  # none where this module's engine runs already
+    assert planner._model is None and grounder._model is None  # nothing scored: no HF model loaded
 
 
 def test_a_model_the_cpu_kernels_cannot_run_is_one_clear_error(tmp_path):
@@ -208,7 +257,7 @@ def test_a_model_the_cpu_kernels_cannot_run_is_one_clear_error(tmp_path):
     check_generation(load_config("tiny-pilotrl", {**scratch, "generation": {"backend": "vllm"}}), trains=True)
 
 
-# --------------------------------------------------------------------------- PilotRL with vLLM, end to end
+# --------------------------------------------------------------------------- several processes
 
 VLLM_TINY = {
     "vocab_size": 400,
@@ -221,6 +270,35 @@ VLLM_TINY = {
 }  # fmt: skip  (heads of 32: the CPU kernels' smallest)
 
 
+def test_under_a_launcher_every_rank_starts_its_engine_with_or_without_prompts(tmp_path):
+    """Two gloo processes (`tests/vllm_ranks_job.py`), one prompt: rank 1 has none of its own, and still starts
+    its engine with rank 0, whose engine's start waits for every rank; then rank 0 alone writes turns in a phase
+    both entered. Both finish with rank 0's completion (when only ranks with prompts started engines, rank 0
+    waited for rank 1 until the collectives' timeout)."""
+    from coalign.config import TinySpec
+    from coalign.models.load import make_tiny_model
+
+    model = make_tiny_model(["step forward", "open door", "Nothing happened."], tmp_path / "tiny",
+                            TinySpec(**VLLM_TINY), seed=0)  # fmt: skip
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    launch = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+        "--master_port", str(port), "-m", "tests.vllm_ranks_job", str(model), str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(launch, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert first["texts"] == second["texts"] and len(first["texts"]) == 1
+    assert first["turns"] and not second["turns"]
+
+
+# --------------------------------------------------------------------------- PilotRL with vLLM, end to end
+
+
 @pytest.fixture
 def toy_registered(monkeypatch):
     from coalign import envs
@@ -228,17 +306,25 @@ def toy_registered(monkeypatch):
     monkeypatch.setitem(envs.REGISTRY, "toy", "tests.toy_env:ToyEnv")
 
 
-def test_a_pilotrl_run_rolls_out_syncs_and_evaluates_on_vllm(tmp_path, toy_registered, monkeypatch):
-    """SFT, one GRPO stage whose rollouts TRL's colocated engine writes, its weights synced before each step's
-    rollouts under the names the checkpoint holds, and an evaluation whose turns the engine writes."""
+def test_a_pilotrl_run_rolls_out_syncs_and_evaluates_on_one_vllm_engine(tmp_path, toy_registered, monkeypatch):
+    """SFT, two GRPO stages whose rollouts TRL's colocated engine writes, its weights synced before each step's
+    rollouts under the names the checkpoint holds, and an evaluation whose turns the engine writes: all on the
+    one engine the first stage started, each stage's and the evaluation's checkpoint loaded into it, so that the
+    evaluation's log-probabilities are the last checkpoint's own."""
+    import vllm
     from rich.console import Console
 
     from coalign.config import RunConfig
-    from coalign.models.load import load_model
     from coalign.pilotrl import rollout
     from coalign.pilotrl.recipe import run_pilotrl
     from coalign.training import grpo
 
+    monkeypatch.setattr(vllm_engine, "_held", None)  # this run's engine, not the module's SmolLM2 one
+    started, real_init = [], vllm.LLM.__init__
+    monkeypatch.setattr(vllm.LLM, "__init__", lambda self, **kw: started.append(kw["model"]) or real_init(self, **kw))
+    loaded, real_load = [], vllm_engine.load_checkpoint
+    monkeypatch.setattr(vllm_engine, "load_checkpoint", lambda llm, path, trust: loaded.append(str(path)) or
+                        real_load(llm, path, trust))  # fmt: skip
     synced, written, ties = [], [], []
     real_reload, real_generate = grpo.reload_weights, rollout.VLLMTurns._generate
 
@@ -263,17 +349,29 @@ def test_a_pilotrl_run_rolls_out_syncs_and_evaluates_on_vllm(tmp_path, toy_regis
     settings = {"heldin": ["toy"], "heldout": ["toy"], "train_tasks": 6, "eval_tasks": 2, "eval_seed": 100,
                 "max_new_tokens": 12, "max_context": 400, "eval_update_every": [1],
                 "sft": {"learning_rate": 3e-3, "epochs": 1, "batch_size": 8, "grad_accum": 1, "max_length": 1024},
-                "rl": {"order": ["joint"], "tasks": 2, "num_generations": 2, "batch_size": 4, "grad_accum": 1,
-                       "learning_rate": 1e-3, "save_steps": 1, "epochs": {"joint": 1},
-                       "generation": "vllm_colocate"}}  # fmt: skip
+                "rl": {"order": ["executor", "joint"], "tasks": 2, "num_generations": 2, "batch_size": 4,
+                       "grad_accum": 1, "learning_rate": 1e-3, "save_steps": 1,
+                       "epochs": {"executor": 1, "joint": 1}, "generation": "vllm_colocate"}}  # fmt: skip
     cfg = RunConfig.model_validate({"name": "t", "recipe": "pilotrl", "threads": 1, "models": {"tiny": VLLM_TINY},
                                     "pilotrl": settings, "generation": {"backend": "vllm"}})  # fmt: skip
     results = run_pilotrl(cfg, tmp_path, Console(quiet=True))
     assert results["k1"]["envs"]["toy"]["tasks"] == 2 and turns  # the evaluation's turns came from vLLM
-    assert written and sum(written) >= 4  # the step's 2 tasks x 2 rollouts, each turn through the engine
-    saved = load_model(tmp_path / "checkpoints" / "grpo1-joint").state_dict()
+    assert written and sum(written) >= 8  # each step's 2 tasks x 2 rollouts, each turn through the engine
+    checkpoints = tmp_path / "checkpoints"
+    last = load_model(checkpoints / "grpo2-joint")
+    saved = last.state_dict()
     names = dict(synced)
-    assert names and set(names) <= set(saved)  # one step: synced once, under the checkpoint's names
+    assert names and set(names) <= set(saved)  # synced under the checkpoint's names
     assert all(names[n] == tuple(saved[n].shape) for n in names)
     assert {n for n in saved if n != "lm_head.weight"} <= set(names)
     assert ties[-1] == {"model.embed_tokens.weight": ["lm_head.weight"]}  # the tied head goes under its name too
+    assert started == [str(checkpoints / "sft")]  # one engine, started by the first stage
+    assert loaded == [str(checkpoints / "grpo1-executor"), str(checkpoints / "grpo2-joint")]  # stage 2, evaluation
+    tok = vllm_engine._held.llm.get_tokenizer()
+    ids = tok("step forward")["input_ids"]
+    params = vllm.SamplingParams(n=1, max_tokens=1, temperature=0.0, logprobs=5)
+    out = vllm_engine._held.llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0].outputs[0]
+    engine = torch.tensor(sorted(step.logprob for step in out.logprobs[0].values()))
+    with torch.no_grad():
+        own = last(torch.tensor([ids])).logits[0, -1].log_softmax(-1).topk(5).values.sort().values
+    assert float((engine - own).abs().max()) < 1e-3  # the evaluation sampled the last checkpoint, not stale weights

@@ -1,16 +1,18 @@
 """LoRA (the config's `lora` block): SFT, DPO and GRPO train adapters only, through TRL's `peft_config`; a merged
 checkpoint is a plain model differing from its base by a low-rank update in the adapted layers, an unmerged one
-an adapter folder that loads (merged) wherever a model is named and trains on in the next stage; DPO keeps no
-second model; QLoRA is refused where it cannot run; bad fields name file, line and key."""
+an adapter folder that loads (merged) wherever a model is named and trains on in the next stage; under bf16 the
+frozen base is bf16, the adapter fp32 and a merge is saved in bf16; DPO keeps no second model; QLoRA is refused
+where it cannot run; bad fields name file, line and key."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
 import torch
-from peft import PeftModel
+from peft import PeftModel, get_peft_model, get_peft_model_state_dict
 from rich.console import Console
 from safetensors.torch import load_file
 from trl import DPOTrainer
@@ -27,6 +29,7 @@ from coalign.config import (
     config_to_yaml,
     load_config,
 )
+from coalign.core import machine
 from coalign.core.errors import RunError
 from coalign.core.runs import Run, read_json
 from coalign.formats.lumos import lumos_chat, lumos_generation_prompt, planner_prompt
@@ -40,9 +43,11 @@ from coalign.pilotrl.recipe import run_pilotrl
 from coalign.pilotrl.rollout import prompt_rows
 from coalign.training import dpo as dpo_module
 from coalign.training import grpo as grpo_module
+from coalign.training import sft as sft_module
+from coalign.training.common import save_weights, training_model
 from coalign.training.dpo import dpo
 from coalign.training.grpo import StageTrainer
-from coalign.training.sft import sft
+from coalign.training.sft import LogitsLossSFTTrainer, sft
 from tests.moat.test_moat import MOAT
 from tests.toy_env import killed_after
 from tests.training.test_grpo import RL, TINY, _config, _spec
@@ -117,6 +122,103 @@ def test_an_unmerged_lora_sft_saves_the_adapter_alone_and_loads_merged_anywhere(
     alone = shutil.copytree(moved / "checkpoints" / "sft", tmp_path / "alone")  # without its base
     with pytest.raises(RunError, match=r"LoRA adapter whose base model ../../models/tiny \(relative to it\) is"):
         load_model(alone)
+
+
+@pytest.fixture
+def native_bf16(monkeypatch):
+    """A CPU with native bf16 as `decide_bf16` reads it, on any machine (bf16 autocast runs emulated elsewhere)."""
+    monkeypatch.setattr(machine, "cpu_bf16_flags", lambda cpuinfo=None: ["avx512_bf16"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+class Snapshot(LogitsLossSFTTrainer):
+    """The SFT stage's trainer, recording the dtypes of its model's frozen and trained weights once TRL has
+    wrapped the model in its adapter."""
+
+    dtypes: dict[str, set[torch.dtype]] = {}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        params = list(self.model.parameters())
+        Snapshot.dtypes = {
+            "frozen": {p.dtype for p in params if not p.requires_grad},
+            "trained": {p.dtype for p in params if p.requires_grad},
+        }
+
+
+BF16_SFT = SFT.model_copy(update={"bf16": True})
+
+
+def test_under_bf16_lora_holds_its_base_in_bf16_its_adapter_in_fp32_and_saves_in_bf16(
+    tiny, tmp_path, native_bf16, monkeypatch
+):
+    """Issue 70: the frozen base was loaded in fp32 (an 8B base took 32 GB, not 16) and the adapter merged into
+    an fp32 load (a 14B run's checkpoints 59 GB each)."""
+    monkeypatch.setattr(sft_module, "LogitsLossSFTTrainer", Snapshot)
+    out = sft(tiny, EXAMPLES, tmp_path / "sft", BF16_SFT, lora=LoraSettings(r=4))
+    assert Snapshot.dtypes == {"frozen": {torch.bfloat16}, "trained": {torch.float32}}
+    assert math.isfinite(read_json(out / "train_log.json")["train_loss"])
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    merged, base = _weights(out), _weights(tiny)
+    assert {t.dtype for t in merged.values()} == {torch.bfloat16}
+    for name, weight in base.items():  # the adapted layers moved off the base's bf16 rounding, no other did
+        moved = not torch.equal(merged[name], weight.to(torch.bfloat16))
+        assert moved == any(layer in name for layer in ADAPTED), name
+
+
+@pytest.mark.parametrize(
+    ("lora", "bf16"),
+    [(None, True), (LoraSettings(r=4, bias="all"), True), (LoraSettings(r=4), False)],
+    ids=["full-fine-tuning", "trained-biases", "bf16-off"],
+)
+def test_weights_that_train_and_stages_without_bf16_stay_fp32(tiny, lora, bf16):
+    """bf16 would round a trained weight's small updates away: every weight without LoRA, the base's biases
+    under `lora.bias` all or lora_only."""
+    model, _ = training_model(tiny, False, lora, bf16)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_a_bf16_merge_of_gathered_weights_saves_what_the_merge_in_place_saves(tiny, tmp_path):
+    """A sharded run merges the gathered adapter into its base loaded again: at the dtype the stage held it in."""
+    lora = LoraSettings(r=4)
+    model, config = training_model(tiny, False, lora, bf16=True)
+    model = get_peft_model(model, config)  # as TRL wraps it: the adapter in fp32
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "lora_B" in name:
+                weight.fill_(0.01)
+    gathered = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    save_weights(model, tmp_path / "gathered", lora, False, gathered, bf16=True)
+    save_weights(model, tmp_path / "in_place", lora, False, bf16=True)
+    one, other = _weights(tmp_path / "gathered"), _weights(tmp_path / "in_place")
+    assert one.keys() == other.keys() and all(torch.equal(one[k], other[k]) for k in one)
+    assert {t.dtype for t in one.values()} == {torch.bfloat16}
+    assert json.loads((tmp_path / "gathered" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert not (tmp_path / "gathered" / "adapter").exists()
+
+
+def test_an_unmerged_bf16_lora_saves_its_fp32_adapter_alone_which_later_stages_load(tiny, tmp_path, native_bf16):
+    lora = LoraSettings(r=4, merge=False)
+    out = sft(tiny, EXAMPLES, tmp_path / "sft", BF16_SFT, lora=lora)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "train_log.json",
+    ]
+    saved = load_file(str(out / "adapter_model.safetensors"))
+    assert {t.dtype for t in saved.values()} == {torch.float32}
+    model, config = training_model(out, False, lora, bf16=True)  # the next stage trains the adapter on
+    assert config is None and isinstance(model, PeftModel)
+    assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}
+    adapter = get_peft_model_state_dict(model)
+    assert adapter.keys() == saved.keys() and all(torch.equal(adapter[k], saved[k]) for k in saved)
+    trained = [(name, p.dtype) for name, p in model.named_parameters() if p.requires_grad]
+    assert trained and all("lora_" in name and dtype == torch.float32 for name, dtype in trained)
+    merged = load_model(out, dtype="bfloat16")  # generation and scoring load it merged
+    assert not isinstance(merged, PeftModel)
+    assert not torch.allclose(_logits(merged).float(), _logits(load_model(tiny, dtype="bfloat16")).float())
 
 
 class Recorded(DPOTrainer):

@@ -116,7 +116,7 @@ def test_a_sharded_lora_merge_takes_the_gathered_adapter_into_a_base_loaded_whol
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setattr(common.ranks, "barrier", lambda: None)
-    model, config = common.training_model(tiny, False, LORA)
+    model, config = common.training_model(tiny, False, LORA, bf16=False)
     model = get_peft_model(model, config)
     gathered = {k: torch.full_like(v, 0.01) if "lora_B" in k else v.clone() for k, v in model.state_dict().items()}
     engine = object()
@@ -135,6 +135,7 @@ def test_a_sharded_lora_merge_takes_the_gathered_adapter_into_a_base_loaded_whol
     accelerator = SimpleNamespace(state=plugin, get_state_dict=get_state_dict, unwrap_model=lambda m: m)
     trainer = SimpleNamespace(
         model=model, model_wrapped=engine, accelerator=accelerator, state=SimpleNamespace(log_history=[]),
+        args=SimpleNamespace(bf16=False),
         train=lambda resume_from_checkpoint: SimpleNamespace(training_loss=0.0, global_step=1),
     )  # fmt: skip
     with zero3_config():
@@ -167,7 +168,7 @@ def test_fsdp2_over_two_processes_saves_whole_what_one_process_saves(tiny, tmp_p
     each, and reload to one process's weights after the same step, within float rounding."""
     _launch(["fsdp2", str(tiny), str(tmp_path / "two")])
     for name, lora in VARIANTS.items():
-        common.save_weights(one_step(tiny, lora, shard=False), tmp_path / "one" / name, lora, False)
+        common.save_weights(one_step(tiny, lora, shard=False), tmp_path / "one" / name, lora, False, bf16=False)
         weights = "adapter_model.safetensors" if lora is not None and not lora.merge else "model.safetensors"
         one, two = (load_file(tmp_path / run / name / weights) for run in ("one", "two"))
         assert sorted(p.name for p in (tmp_path / "two" / name).iterdir()) == sorted(
