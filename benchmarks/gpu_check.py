@@ -199,6 +199,16 @@ class CountingLLM:
         return results
 
 
+class CountedVLLM(VLLMBackend):
+    """VLLMBackend sampling through a `CountingLLM` (its `llm` is the process's engine, a read-only property)."""
+
+    counter: CountingLLM
+
+    @property
+    def llm(self):
+        return self.counter
+
+
 def _sample(backend, counter: CountingModel | CountingLLM, tokenizer, args: argparse.Namespace) -> dict:
     """One timed call of K samples per prompt at temperature 1, after an untimed warm-up on another prompt (no
     prefix cache hit); `counter` counts the tokens sampled."""
@@ -244,9 +254,9 @@ def _inference(init: str, args: argparse.Namespace) -> dict:
 def _vllm(init: str, args: argparse.Namespace) -> dict:
     """The same sampling through vLLM's engine, as `generation.backend: vllm` runs it."""
     tokenizer = load_tokenizer(init)
-    backend = VLLMBackend(init, tokenizer, False, args.gpu_memory_utilization)
-    backend.llm = counter = CountingLLM(backend.llm)
-    return _sample(backend, counter, tokenizer, args)
+    backend = CountedVLLM(init, tokenizer, False, args.gpu_memory_utilization)
+    backend.counter = CountingLLM(VLLMBackend.llm.fget(backend))
+    return _sample(backend, backend.counter, tokenizer, args)
 
 
 class StepTimes(TrainerCallback):

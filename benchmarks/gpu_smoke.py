@@ -157,6 +157,20 @@ def install_wheels(folder: Path, site: Path) -> int:
     return len(wheels)
 
 
+def one_step(out: Path, started: float) -> tuple[float, dict]:
+    """Seconds since `started` (the GPU's queued work done) and the train log of the stage saved to `out`, which
+    must have taken exactly one optimizer step."""
+    import torch  # after the carried wheels are on the path, as every step's imports
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    log = json.loads((out / "train_log.json").read_text())
+    if log["steps"] != 1:
+        raise RuntimeError(f"one optimizer step expected, {log['steps']} taken")
+    return seconds, log
+
+
 def run_child(command: list[str], log: Path, result: Path, timeout: float, env: dict) -> dict:
     """One step's process (its own session, so a timeout kills whatever it started): its JSON result, or a
     record of its timeout or error with the last lines of its log; `process_s` its wall seconds."""
@@ -333,7 +347,6 @@ def _lora() -> dict:
 
 def grpo(work: Path, args: argparse.Namespace) -> dict:
     """One GRPO optimizer step of one group, rollouts stubbed, through coalign's stage function."""
-    import torch
 
     from coalign.models.load import load_tokenizer
     from coalign.training.common import stage_batch
@@ -371,12 +384,7 @@ def grpo(work: Path, args: argparse.Namespace) -> dict:
             spec.max_new_tokens, name="smoke", epochs=1, seed=config.seed, lora=config.lora,
             context_tokens=spec.max_context,
         )  # fmt: skip
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
-    log = json.loads((out / "train_log.json").read_text())
-    if log["steps"] != 1:
-        raise RuntimeError(f"one optimizer step expected, {log['steps']} taken")
+    seconds, log = one_step(out, started)
     micro, forwards = stage_batch(settings)
     step = (log.get("history") or [{}])[0]
     return {
@@ -430,7 +438,6 @@ def scoring(work: Path, args: argparse.Namespace) -> dict:
 def dpo(work: Path, args: argparse.Namespace) -> dict:
     """One DPO optimizer step of the planner with LoRA through coalign's stage function, the reference log-probs
     precomputed as it does; pairs filled to max_length (the worst case of the paper's cap)."""
-    import torch
     from dpo_memory import random_words
 
     from coalign.models.load import load_tokenizer
@@ -453,12 +460,7 @@ def dpo(work: Path, args: argparse.Namespace) -> dict:
     out, started = work / "dpo", time.perf_counter()
     with random_weights(shape, tokenizer, args.oom == "dpo") as built:
         train_dpo(tokenizer_folder(work), triples, out, settings, seed=config.seed, lora=config.lora)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
-    log = json.loads((out / "train_log.json").read_text())
-    if log["steps"] != 1:
-        raise RuntimeError(f"one optimizer step expected, {log['steps']} taken")
+    seconds, log = one_step(out, started)
     return {
         "seconds": round(seconds, 1), "model": "Qwen2.5-14B shape" + (" (toy)" if args.tiny else ""), **built,
         "lora_r": config.lora.r, "batch": settings.batch_size, "grad_accum": settings.grad_accum,
